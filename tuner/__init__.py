@@ -1,0 +1,1 @@
+"""slotune's control plane: search spaces, study coordination, persistence and surfaces."""

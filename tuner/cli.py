@@ -1,0 +1,55 @@
+"""The ``slotune`` command line.
+
+Commands that mirror another tool's flags (``sim serve`` takes vLLM's, ``bench`` takes
+``vllm bench serve``'s) forward their arguments untouched to that tool's own argparse
+parser in ``workers``, so the names and help match the tool they stand in for.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+import typer
+
+app = typer.Typer(
+    name="slotune",
+    help="SLO-constrained search for LLM serving configurations.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+sim_app = typer.Typer(help="The simulated vLLM engine.", no_args_is_help=True)
+app.add_typer(sim_app, name="sim")
+
+_PASSTHROUGH = {
+    "allow_extra_args": True,
+    "ignore_unknown_options": True,
+    "help_option_names": [],
+}
+
+
+@sim_app.command("serve", context_settings=_PASSTHROUGH, add_help_option=False)
+def sim_serve(ctx: typer.Context) -> None:
+    """Serve a model on the simulated engine (vLLM's flags; --help for all of them)."""
+    from workers.sim.cli import main as sim_main
+
+    raise typer.Exit(sim_main(["serve", *ctx.args]))
+
+
+@sim_app.command("step-time", context_settings=_PASSTHROUGH, add_help_option=False)
+def sim_step_time(ctx: typer.Context) -> None:
+    """What one engine step of a given shape costs, with its breakdown (--help for flags)."""
+    from workers.sim.cli import main as sim_main
+
+    raise typer.Exit(sim_main(["step-time", *ctx.args]))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Console-script entry point."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    app(args=args, prog_name="slotune")
+
+
+if __name__ == "__main__":
+    main()
