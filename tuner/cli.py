@@ -45,6 +45,14 @@ def sim_step_time(ctx: typer.Context) -> None:
     raise typer.Exit(sim_main(["step-time", *ctx.args]))
 
 
+@app.command("bench", context_settings=_PASSTHROUGH, add_help_option=False)
+def bench(ctx: typer.Context) -> None:
+    """Benchmark any OpenAI-compatible server (vllm bench serve's flags; --help for all)."""
+    from workers.loadgen.cli import main as bench_main
+
+    raise typer.Exit(bench_main(list(ctx.args)))
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Console-script entry point."""
     args = list(sys.argv[1:] if argv is None else argv)
