@@ -1,0 +1,533 @@
+"""The discrete-event core of the simulated engine: vLLM V1's scheduler and KV cache.
+
+No clock and no I/O: a driver adds requests and calls :meth:`EngineCore.step` with the
+current engine time; the step returns how long it takes and what each request produced.
+The same core runs behind the virtual-time :func:`~workers.sim.simulate.simulate` and the
+real-time HTTP server, so both see the same walls:
+
+* each step has a token budget (``max_num_batched_tokens``); running requests come first
+  (a decode token each, or their next prefill chunk), then waiting ones in FCFS order
+  while budget, ``max_num_seqs`` and free KV blocks allow;
+* when the KV cache runs out, the most recently admitted running request is preempted:
+  its blocks are freed, its computed tokens reset, and it goes back to the front of the
+  queue to be recomputed;
+* with prefix caching, full blocks are hashed by their token prefix and reused.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from bisect import bisect_left
+import random
+from collections import OrderedDict, deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from workers.sim import tokenizer
+from workers.sim.config import EngineConfig, MemoryPlan, plan_memory, runtime_oom_tokens
+from workers.sim.cost_model import CostModel, StepCost, StepShape, make_cost_model
+from workers.sim.metrics import EngineStats, Gauges
+
+
+class RequestStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    PREEMPTED = "preempted"
+    FINISHED = "finished"
+
+
+class RequestRejected(ValueError):
+    """A request the engine refuses outright (too long for max_model_len, bad limits)."""
+
+
+class EngineCrashed(RuntimeError):
+    """The simulated GPU ran out of memory mid-run; the engine process would die."""
+
+
+@dataclass(eq=False, slots=True)
+class SimRequest:
+    """One request as the engine tracks it, with the timestamps its metrics come from."""
+
+    request_id: str
+    prompt_ids: list[int]
+    max_tokens: int
+    arrival_time: float
+    min_tokens: int = 0
+    ignore_eos: bool = False
+    key: int = 0
+    target_output: int = 0
+    status: RequestStatus = RequestStatus.WAITING
+    num_computed: int = 0
+    num_output: int = 0
+    block_ids: list[int] = field(default_factory=list)
+    block_hashes: list[int] = field(default_factory=list)
+    num_cached_blocks: int = 0
+    num_cached_tokens: int = -1
+    num_preemptions: int = 0
+    first_scheduled_time: float | None = None
+    first_token_time: float | None = None
+    last_token_time: float | None = None
+    finish_time: float | None = None
+    finish_reason: str | None = None
+    token_times: list[float] = field(default_factory=list)
+    num_tokens: int = 0
+    """Prompt plus output tokens so far (kept as a field: the scheduler reads it a lot)."""
+
+    def __post_init__(self) -> None:
+        self.num_tokens = len(self.prompt_ids) + self.num_output
+
+    @property
+    def num_prompt(self) -> int:
+        return len(self.prompt_ids)
+
+    @property
+    def finished(self) -> bool:
+        return self.status is RequestStatus.FINISHED
+
+    def token_id(self, position: int, vocab_size: int) -> int:
+        if position < len(self.prompt_ids):
+            return self.prompt_ids[position]
+        return tokenizer.output_token_id(self.key, position - len(self.prompt_ids), vocab_size)
+
+    def token_ids(self, start: int, stop: int, vocab_size: int) -> tuple[int, ...]:
+        prompt = self.prompt_ids
+        if stop <= len(prompt):
+            return tuple(prompt[start:stop])
+        table = tokenizer.output_id_table(vocab_size)
+        key, n = self.key, len(prompt)
+        head = prompt[start:n] if start < n else []
+        return (*head, *(table[tokenizer.output_word_index(key, p - n)]
+                         for p in range(max(start, n), stop)))
+
+    def output_words(self, start: int, stop: int) -> list[str]:
+        return [tokenizer.output_word(self.key, i) for i in range(start, stop)]
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    """What one engine step did: its duration, shape, cost and per-request outputs."""
+
+    start_time: float
+    duration: float
+    shape: StepShape
+    cost: StepCost
+    new_tokens: list[tuple[SimRequest, int]]
+    """(request, tokens it produced this step), in schedule order; 0 for a prefill chunk."""
+    finished: list[SimRequest]
+    preempted: list[SimRequest]
+
+    @property
+    def end_time(self) -> float:
+        return self.start_time + self.duration
+
+
+class BlockPool:
+    """vLLM's KV block pool: reference counts, an LRU free queue and the prefix-hash index.
+
+    Freed blocks keep their hash and stay reusable until the free queue hands them out
+    again (eviction), which is how a preempted or finished request's prefix survives.
+    """
+
+    def __init__(self, num_blocks: int) -> None:
+        self.num_blocks = num_blocks
+        self.ref_count = [0] * num_blocks
+        self.block_hash: list[int | None] = [None] * num_blocks
+        self.free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(num_blocks))
+        self.cached: dict[int, int] = {}
+
+    @property
+    def num_free(self) -> int:
+        return len(self.free)
+
+    @property
+    def usage(self) -> float:
+        return 1.0 - len(self.free) / self.num_blocks
+
+    def take(self, n: int) -> list[int]:
+        out = []
+        for _ in range(n):
+            block, _ = self.free.popitem(last=False)
+            h = self.block_hash[block]
+            if h is not None:
+                if self.cached.get(h) == block:
+                    del self.cached[h]
+                self.block_hash[block] = None
+            self.ref_count[block] = 1
+            out.append(block)
+        return out
+
+    def touch(self, blocks: Sequence[int]) -> None:
+        for block in blocks:
+            if self.ref_count[block] == 0:
+                del self.free[block]
+            self.ref_count[block] += 1
+
+    def release(self, blocks: Sequence[int]) -> None:
+        # Tail blocks first, so a request's prefix is the last of it to be evicted.
+        for block in reversed(blocks):
+            self.ref_count[block] -= 1
+            if self.ref_count[block] == 0:
+                self.free[block] = None
+
+    def register(self, block: int, block_hash: int) -> None:
+        if block_hash not in self.cached:
+            self.cached[block_hash] = block
+            self.block_hash[block] = block_hash
+
+    def reset(self) -> bool:
+        """Drop every cached hash; refused (False) while any block is in use, as in vLLM."""
+        if len(self.free) != self.num_blocks:
+            return False
+        self.cached.clear()
+        self.block_hash = [None] * self.num_blocks
+        return True
+
+
+class EngineCore:
+    """One simulated engine: waiting queue, running batch, KV pool, cost model, stats."""
+
+    def __init__(self, config: EngineConfig, cost_model: CostModel | None = None,
+                 plan: MemoryPlan | None = None) -> None:
+        self.config = config
+        self.plan = plan or plan_memory(config)
+        self.cost_model = cost_model or make_cost_model(config.cost_model, config.hardware)
+        self.block_size = config.block_size
+        self.pool = BlockPool(self.plan.num_blocks)
+        self.waiting: deque[SimRequest] = deque()
+        self.running: list[SimRequest] = []
+        self.requests: dict[str, SimRequest] = {}
+        self.stats = EngineStats()
+        self.rng = random.Random(config.seed)
+        self.vocab = config.model.vocab_size
+        self.oom_tokens = runtime_oom_tokens(config)
+        self.num_steps = 0
+        spec = config.speculative
+        self.spec_tokens = spec.num_speculative_tokens if spec else 0
+        self.spec_acceptance = spec.acceptance_rate if spec else 0.0
+        self.spec_draft_cost = spec.draft_cost_fraction if spec else 0.0
+
+    # ---- requests ---------------------------------------------------------------------
+
+    def validate(self, num_prompt: int, max_tokens: int | None) -> int:
+        """vLLM's admission checks; returns the effective max_tokens."""
+        limit = self.config.max_model_len
+        if num_prompt < 1:
+            raise RequestRejected("The prompt is empty; it must contain at least one token.")
+        if num_prompt >= limit and (max_tokens is None or max_tokens > 0):
+            raise RequestRejected(
+                f"This model's maximum context length is {limit} tokens. However, your "
+                f"request has {num_prompt} input tokens. Please reduce the length of the "
+                "input messages."
+            )
+        if max_tokens is None:
+            return limit - num_prompt
+        if max_tokens < 1:
+            raise RequestRejected(f"max_tokens must be at least 1, got {max_tokens}.")
+        if num_prompt + max_tokens > limit:
+            raise RequestRejected(
+                f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This "
+                f"model's maximum context length is {limit} tokens and your request has "
+                f"{num_prompt} input tokens ({max_tokens} > {limit} - {num_prompt})."
+            )
+        return max_tokens
+
+    def add_request(self, request_id: str, prompt_ids: list[int], max_tokens: int | None,
+                    arrival_time: float, *, min_tokens: int = 0,
+                    ignore_eos: bool = False) -> SimRequest:
+        if request_id in self.requests:
+            raise RequestRejected(f"duplicate request id {request_id!r}")
+        limit = self.validate(len(prompt_ids), max_tokens)
+        if min_tokens < 0 or min_tokens > limit:
+            raise RequestRejected(
+                f"min_tokens must be between 0 and max_tokens ({limit}), got {min_tokens}."
+            )
+        key = tokenizer.request_key(prompt_ids, self.config.seed)
+        target = limit if ignore_eos else max(min_tokens, min(limit, self._natural_length(key)))
+        req = SimRequest(request_id, list(prompt_ids), limit, arrival_time,
+                         min_tokens=min_tokens, ignore_eos=ignore_eos, key=key,
+                         target_output=target)
+        self.requests[request_id] = req
+        self.waiting.append(req)
+        return req
+
+    def _natural_length(self, key: int) -> int:
+        """Where the simulated model would stop on its own: lognormal, median ≈ 200 tokens."""
+        rng = random.Random(key)
+        return max(1, int(math.exp(rng.gauss(math.log(200.0), 0.8))))
+
+    def abort(self, request_id: str, now: float) -> None:
+        req = self.requests.get(request_id)
+        if req is None or req.finished:
+            return
+        if req in self.running:
+            self.running.remove(req)
+        elif req in self.waiting:
+            self.waiting.remove(req)
+        self._finish(req, now, "abort")
+
+    def has_work(self) -> bool:
+        return bool(self.running or self.waiting)
+
+    def gauges(self) -> Gauges:
+        return Gauges(len(self.running), len(self.waiting), self.pool.usage)
+
+    def reset_prefix_cache(self) -> bool:
+        return self.pool.reset()
+
+    # ---- KV cache ---------------------------------------------------------------------
+
+    def _hash_blocks(self, req: SimRequest, num_full_blocks: int) -> None:
+        bs, hashes = self.block_size, req.block_hashes
+        parent = hashes[-1] if hashes else 0
+        for i in range(len(hashes), num_full_blocks):
+            start = i * bs
+            parent = hash((parent, req.token_ids(start, start + bs, self.vocab)))
+            hashes.append(parent)
+
+    def _cached_prefix(self, req: SimRequest) -> list[int]:
+        """Cached blocks matching the request's prefix (at least one token left to compute)."""
+        max_blocks = (req.num_tokens - 1) // self.block_size
+        self._hash_blocks(req, max_blocks)
+        hits: list[int] = []
+        cached = self.pool.cached
+        for h in req.block_hashes[:max_blocks]:
+            block = cached.get(h)
+            if block is None:
+                break
+            hits.append(block)
+        return hits
+
+    def _allocate(self, req: SimRequest, num_new: int, hits: Sequence[int] = ()) -> bool:
+        bs = self.block_size
+        needed = -(-(req.num_computed + len(hits) * bs + num_new) // bs)
+        new_blocks = needed - len(req.block_ids) - len(hits)
+        evictable_hits = sum(1 for b in hits if self.pool.ref_count[b] == 0)
+        if new_blocks > self.pool.num_free - evictable_hits:
+            return False
+        if hits:
+            self.pool.touch(hits)
+            req.block_ids.extend(hits)
+            req.num_cached_blocks = len(hits)
+        if new_blocks > 0:
+            req.block_ids.extend(self.pool.take(new_blocks))
+        return True
+
+    def _cache_full_blocks(self, req: SimRequest) -> None:
+        full = min(req.num_computed // self.block_size, len(req.block_ids))
+        if full <= req.num_cached_blocks:
+            return
+        self._hash_blocks(req, full)
+        for i in range(req.num_cached_blocks, full):
+            self.pool.register(req.block_ids[i], req.block_hashes[i])
+        req.num_cached_blocks = full
+
+    def _free(self, req: SimRequest) -> None:
+        self.pool.release(req.block_ids)
+        req.block_ids = []
+        req.num_cached_blocks = 0
+
+    def _preempt(self, req: SimRequest) -> None:
+        self._free(req)
+        req.num_computed = 0
+        req.status = RequestStatus.PREEMPTED
+        req.num_preemptions += 1
+        self.waiting.appendleft(req)
+        self.stats.num_preemptions += 1
+
+    # ---- the step ---------------------------------------------------------------------
+
+    def step(self, now: float) -> StepResult | None:
+        """Schedule and run one step starting at engine time ``now``; None when idle."""
+        if not self.running and not self.waiting:
+            return None
+        cfg = self.config
+        budget = cfg.max_num_batched_tokens
+        scheduled: list[tuple[SimRequest, int]] = []
+        preempted: list[SimRequest] = []
+        spec = self.spec_tokens
+        max_len = cfg.max_model_len
+
+        i = 0
+        running = self.running
+        while i < len(running) and budget > 0:
+            req = running[i]
+            remaining = req.num_tokens - req.num_computed
+            if spec and remaining == 1:
+                remaining = min(1 + spec, max_len - req.num_computed)
+            n = min(remaining, budget)
+            if req.num_computed + n <= len(req.block_ids) * self.block_size:
+                scheduled.append((req, n))  # fits in the blocks it holds
+                budget -= n
+                i += 1
+                continue
+            while not self._allocate(req, n):
+                victim = running.pop()
+                self._preempt(victim)
+                preempted.append(victim)
+                if victim is req:
+                    break
+            else:
+                scheduled.append((req, n))
+                budget -= n
+                i += 1
+
+        if not preempted:
+            self._admit_waiting(now, budget, scheduled)
+
+        if not scheduled:
+            return None
+        return self._execute(now, scheduled, preempted)
+
+    def _admit_waiting(self, now: float, budget: int,
+                       scheduled: list[tuple[SimRequest, int]]) -> None:
+        cfg = self.config
+        waiting, running = self.waiting, self.running
+        while waiting and budget > 0 and len(running) < cfg.max_num_seqs:
+            req = waiting[0]
+            hits: list[int] = []
+            if cfg.enable_prefix_caching:
+                hits = self._cached_prefix(req)
+            computed = len(hits) * self.block_size
+            n = req.num_tokens - computed
+            if not cfg.enable_chunked_prefill and n > budget:
+                break
+            n = min(n, budget)
+            if not self._allocate(req, n, hits):
+                if hits:
+                    req.num_cached_blocks = 0
+                break
+            if cfg.enable_prefix_caching:
+                self.stats.prefix_cache_queries += req.num_tokens
+                self.stats.prefix_cache_hits += computed
+            if req.num_cached_tokens < 0:
+                req.num_cached_tokens = computed
+            waiting.popleft()
+            req.num_computed = computed
+            req.status = RequestStatus.RUNNING
+            if req.first_scheduled_time is None:
+                req.first_scheduled_time = now
+            running.append(req)
+            scheduled.append((req, n))
+            budget -= n
+
+    def _shape(self, scheduled: list[tuple[SimRequest, int]]) -> StepShape:
+        prefill_tokens = prefill_seqs = prefill_context = 0
+        pairs = 0.0
+        decode_seqs = decode_context = 0
+        for req, n in scheduled:
+            if req.num_output > 0 and req.num_computed + 1 == req.num_tokens:
+                decode_seqs += 1
+                decode_context += req.num_computed + 1
+            else:
+                prefill_tokens += n
+                prefill_seqs += 1
+                pairs += n * (req.num_computed + n / 2)
+                prefill_context += req.num_computed + n
+        return StepShape(
+            prefill_tokens=prefill_tokens, prefill_seqs=prefill_seqs,
+            prefill_attention_pairs=pairs, prefill_context=prefill_context,
+            decode_seqs=decode_seqs, decode_context=decode_context,
+            decode_query_tokens=1 + self.spec_tokens,
+        )
+
+    def _execute(self, now: float, scheduled: list[tuple[SimRequest, int]],
+                 preempted: list[SimRequest]) -> StepResult:
+        shape = self._shape(scheduled)
+        tokens = shape.num_tokens
+        if self.oom_tokens is not None and tokens >= self.oom_tokens:
+            raise EngineCrashed(
+                f"torch.OutOfMemoryError: CUDA out of memory while running a batch of {tokens} "
+                f"tokens: gpu_memory_utilization={self.config.gpu_memory_utilization} leaves "
+                "too little memory outside the KV cache for this step's activations. Lower "
+                "--gpu-memory-utilization or --max-num-batched-tokens."
+            )
+        cost = self.cost_model.step_cost(shape)
+        duration = cost.total_s
+        if shape.decode_seqs and self.spec_draft_cost:
+            duration *= 1.0 + self.spec_draft_cost
+        noise = self.config.noise
+        if noise > 0:
+            duration *= math.exp(self.rng.gauss(0.0, noise) - noise * noise / 2)
+        end = now + duration
+        self.num_steps += 1
+        stats = self.stats
+        stats.iteration_tokens.observe(tokens)
+
+        new_tokens: list[tuple[SimRequest, int]] = []
+        finished: list[SimRequest] = []
+        max_len = self.config.max_model_len
+        caching = self.config.enable_prefix_caching
+        itl = stats.inter_token_latency
+        itl_bounds, itl_counts = itl.bounds, itl.counts
+        bs = self.block_size
+        for req, n in scheduled:
+            decoding = req.num_output > 0 and req.num_computed + 1 == req.num_tokens
+            req.num_computed += n
+            if req.num_computed < req.num_tokens:
+                if caching and req.num_computed // bs > req.num_cached_blocks:
+                    self._cache_full_blocks(req)
+                new_tokens.append((req, 0))
+                continue
+            produced = 1
+            if self.spec_tokens and decoding:
+                produced += self._accepted_drafts()
+            produced = min(produced, req.target_output - req.num_output, max_len - req.num_tokens)
+            first = req.num_output == 0
+            req.num_output += produced
+            req.num_tokens += produced
+            req.num_computed = req.num_tokens - 1
+            if produced == 1:
+                req.token_times.append(end)
+            else:
+                req.token_times.extend([end] * produced)
+            stats.generation_tokens += produced
+            if first:
+                req.first_token_time = end
+                stats.prompt_tokens += req.num_prompt
+                stats.ttft.observe(end - req.arrival_time)
+            else:
+                # Inlined Histogram.observe: this runs once per token.
+                gap = end - req.last_token_time  # type: ignore[operator]
+                itl_counts[bisect_left(itl_bounds, gap)] += 1
+                itl.total += gap
+                itl.count += 1
+            req.last_token_time = end
+            if caching and req.num_computed // bs > req.num_cached_blocks:
+                self._cache_full_blocks(req)
+            new_tokens.append((req, produced))
+            if req.num_output >= req.target_output or req.num_tokens >= max_len:
+                finished.append(req)
+        if finished:
+            done = set(map(id, finished))
+            self.running = [r for r in self.running if id(r) not in done]
+            for req in finished:
+                reason = "length" if req.num_output >= req.max_tokens or \
+                    req.num_tokens >= max_len else "stop"
+                self._finish(req, end, reason)
+        return StepResult(now, duration, shape, cost, new_tokens, finished, preempted)
+
+    def _accepted_drafts(self) -> int:
+        accepted = 0
+        while accepted < self.spec_tokens and self.rng.random() < self.spec_acceptance:
+            accepted += 1
+        return accepted
+
+    def _finish(self, req: SimRequest, now: float, reason: str) -> None:
+        self._free(req)
+        req.status = RequestStatus.FINISHED
+        req.finish_time = now
+        req.finish_reason = reason
+        del self.requests[req.request_id]
+        stats = self.stats
+        stats.requests_finished[reason] = stats.requests_finished.get(reason, 0) + 1
+        if req.first_token_time is None:
+            return
+        stats.e2e_latency.observe(now - req.arrival_time)
+        stats.request_prompt_tokens.observe(req.num_prompt)
+        stats.request_generation_tokens.observe(req.num_output)
+        if req.first_scheduled_time is not None:
+            stats.queue_time.observe(req.first_scheduled_time - req.arrival_time)
+            stats.prefill_time.observe(req.first_token_time - req.first_scheduled_time)
+        if req.last_token_time is not None:
+            stats.decode_time.observe(req.last_token_time - req.first_token_time)
