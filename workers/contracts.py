@@ -1,0 +1,204 @@
+"""The contracts between slotune's control plane and its workers (pydantic, JSON-serialisable).
+
+:class:`Workload` says what traffic looks like (dataset + arrivals + counts + seed) and
+:class:`SLO` says what "fast enough" means. Both are stored as JSON and compared across
+runs, so they are strict: unknown fields are errors, and every error names its field.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+__all__ = [
+    "SLO",
+    "SLO_METRICS",
+    "Arrivals",
+    "DatasetConfig",
+    "PrefixRepetitionDataset",
+    "RandomDataset",
+    "SLOMetric",
+    "ShareGPTLikeDataset",
+    "TraceDataset",
+    "Workload",
+]
+
+SLOMetric = Literal["ttft", "tpot", "itl", "e2el"]
+SLO_METRICS: tuple[SLOMetric, ...] = ("ttft", "tpot", "itl", "e2el")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --- datasets (a tagged union on ``kind``) -------------------------------------------------
+
+
+class RandomDataset(_Strict):
+    """``vllm bench serve --dataset-name random``: lengths uniform in [len·(1−r), len·(1+r)].
+
+    ``prefix_len`` tokens, the same for every request, are prepended to each prompt.
+    """
+
+    kind: Literal["random"] = "random"
+    input_len: int = Field(1024, ge=1)
+    output_len: int = Field(128, ge=1)
+    range_ratio: float = Field(0.0, ge=0.0, lt=1.0)
+    prefix_len: int = Field(0, ge=0)
+
+
+class ShareGPTLikeDataset(_Strict):
+    """Synthetic chat-like lengths: lognormal input and output lengths, clipped.
+
+    Each length is ``round(exp(N(ln(median), sigma)))`` clipped to ``[min, max]``; the
+    defaults approximate ShareGPT's conversation turns (median ~ 250 in / 200 out,
+    long right tail) without shipping the data set.
+    """
+
+    kind: Literal["sharegpt-like"] = "sharegpt-like"
+    input_median: float = Field(250.0, gt=0)
+    input_sigma: float = Field(1.0, ge=0)
+    input_min: int = Field(4, ge=1)
+    input_max: int = Field(4096, ge=1)
+    output_median: float = Field(200.0, gt=0)
+    output_sigma: float = Field(0.9, ge=0)
+    output_min: int = Field(1, ge=1)
+    output_max: int = Field(2048, ge=1)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> ShareGPTLikeDataset:
+        if self.input_min > self.input_max:
+            raise ValueError(
+                f"input_min ({self.input_min}) must be <= input_max ({self.input_max})"
+            )
+        if self.output_min > self.output_max:
+            raise ValueError(
+                f"output_min ({self.output_min}) must be <= output_max ({self.output_max})"
+            )
+        return self
+
+
+class PrefixRepetitionDataset(_Strict):
+    """vLLM's ``prefix_repetition``: ``num_prefixes`` shared prefixes, random suffixes."""
+
+    kind: Literal["prefix_repetition"] = "prefix_repetition"
+    num_prefixes: int = Field(10, ge=1)
+    prefix_len: int = Field(256, ge=0)
+    suffix_len: int = Field(256, ge=0)
+    output_len: int = Field(128, ge=1)
+
+    @model_validator(mode="after")
+    def _non_empty(self) -> PrefixRepetitionDataset:
+        if self.prefix_len + self.suffix_len < 1:
+            raise ValueError("prefix_len + suffix_len must be at least 1 (an empty prompt)")
+        return self
+
+
+class TraceDataset(_Strict):
+    """A JSONL trace: one request a line, ``{"offset_s", "prompt" | "prompt_len", "output_len"}``.
+
+    ``offset_s`` is the arrival time from the start of the run (seconds, engine time);
+    a trace's arrivals replace the workload's ``arrivals``. A relative ``path`` is
+    resolved against the workload file's directory.
+    """
+
+    kind: Literal["trace"] = "trace"
+    path: str = Field(min_length=1)
+    use_trace_arrivals: bool = True
+
+
+DatasetConfig = Annotated[
+    RandomDataset | ShareGPTLikeDataset | PrefixRepetitionDataset | TraceDataset,
+    Field(discriminator="kind"),
+]
+
+
+class Arrivals(_Strict):
+    """When requests start: gamma gaps (vLLM's ``--request-rate``/``--burstiness``) or constant.
+
+    ``request_rate`` is req/s or ``inf`` (everything at once). ``burstiness`` is the gamma
+    shape (1 = Poisson, < 1 burstier, > 1 more regular); the scale is
+    ``1 / (request_rate * burstiness)``, vLLM's choice, so the mean rate is kept.
+    """
+
+    process: Literal["gamma", "constant"] = "gamma"
+    request_rate: float = Field(math.inf, gt=0)
+    burstiness: float = Field(1.0, gt=0)
+    max_concurrency: int | None = Field(None, ge=1)
+
+    @field_validator("request_rate", mode="before")
+    @classmethod
+    def _parse_inf(cls, value: object) -> object:
+        if isinstance(value, str) and value.strip().lower() in {"inf", "infinity"}:
+            return math.inf
+        return value
+
+
+class Workload(_Strict):
+    """What traffic looks like. The same seed gives the same requests in the same order."""
+
+    name: str = Field("custom", min_length=1)
+    description: str = ""
+    dataset: DatasetConfig = Field(default_factory=RandomDataset)
+    arrivals: Arrivals = Field(default_factory=Arrivals)
+    num_prompts: int = Field(1000, ge=1)
+    warmup_requests: int = Field(0, ge=0)
+    seed: int = 0
+    endpoint: Literal["completions", "chat"] = "completions"
+    request_timeout_s: float = Field(600.0, gt=0)
+    """Deadline of one request, engine time; a request past it is recorded as failed."""
+
+
+# --- SLO -----------------------------------------------------------------------------------
+
+
+class SLO(_Strict):
+    """Latency targets (ms) at a percentile: ``SLO(percentile=99, ttft=300, tpot=50)``."""
+
+    percentile: float = Field(99.0, gt=0, le=100)
+    ttft: float | None = Field(None, gt=0)
+    tpot: float | None = Field(None, gt=0)
+    itl: float | None = Field(None, gt=0)
+    e2el: float | None = Field(None, gt=0)
+
+    @property
+    def targets(self) -> dict[SLOMetric, float]:
+        """Targeted metrics and their limits in ms, in the canonical metric order."""
+        out: dict[SLOMetric, float] = {}
+        for metric in SLO_METRICS:
+            value = getattr(self, metric)
+            if value is not None:
+                out[metric] = float(value)
+        return out
+
+    @classmethod
+    def parse(cls, text: str | list[str], percentile: float = 99.0) -> SLO:
+        """Parse ``"ttft:300,tpot:50"`` (or vLLM's ``--goodput ttft:300 tpot:50`` list).
+
+        ``p:95`` (or ``percentile:95``) sets the percentile. Raises ``ValueError`` with
+        the offending item and the valid names.
+        """
+        items = text if isinstance(text, list) else [text]
+        pieces = [p.strip() for item in items for p in item.split(",") if p.strip()]
+        values: dict[str, float] = {"percentile": percentile}
+        for piece in pieces:
+            key, sep, raw = piece.partition(":")
+            key = key.strip().lower()
+            if not sep:
+                raise ValueError(f"SLO item {piece!r} is not 'metric:milliseconds' (e.g. ttft:300)")
+            if key in {"p", "percentile"}:
+                key = "percentile"
+            elif key not in SLO_METRICS:
+                valid = ", ".join(SLO_METRICS)
+                raise ValueError(f"unknown SLO metric {key!r} in {piece!r}; valid: {valid}")
+            try:
+                values[key] = float(raw)
+            except ValueError:
+                raise ValueError(f"SLO item {piece!r}: {raw!r} is not a number") from None
+        return cls.model_validate(values)
+
+    def __str__(self) -> str:
+        targets = ", ".join(f"{k} ≤ {v:g} ms" for k, v in self.targets.items())
+        return f"p{self.percentile:g} {targets}" if targets else "no SLO targets"

@@ -1,0 +1,341 @@
+"""The runner: warm-up, then the measured run — schedule, send, scrape, stop early if told.
+
+It wires the three layers together (arrival schedule → client → records) and owns the
+clock: arrival offsets are engine seconds, compressed by ``time_scale`` K into wall
+time; every recorded timestamp is multiplied by K on the way out, so the records, the
+duration and the send lag all read in engine time. Scoring is left to the caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from workers.contracts import SLO, Workload
+from workers.loadgen.arrivals import arrival_offsets
+from workers.loadgen.client import (
+    Endpoint,
+    RequestRecord,
+    build_payload,
+    endpoint_path,
+    send_request,
+)
+from workers.loadgen.datasets import RequestSpec, sample_requests
+from workers.loadgen.scoring import allowed_violations, violated_metrics
+from workers.loadgen.scrape import MetricsScraper, ScrapeSummary
+
+__all__ = [
+    "LAG_FLOOR_MS",
+    "BenchmarkRun",
+    "EarlyAbort",
+    "SendLag",
+    "ServerUnreachable",
+    "run_benchmark",
+    "run_benchmark_sync",
+]
+
+LAG_FLOOR_MS = 5.0
+"""Send lag (engine ms, p99) always tolerated; above it and 5% of the tightest target the
+run is client-bound."""
+
+ProgressFn = Callable[[int, int, RequestRecord], None]
+
+
+class ServerUnreachable(ConnectionError):
+    """The server did not answer at all (refused, DNS, timeout)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EarlyAbort:
+    """Why measuring stopped before every request was sent."""
+
+    reason: str
+    metric: str
+    violations: int
+    allowed: int
+    after_requests: int
+
+
+@dataclass(frozen=True, slots=True)
+class SendLag:
+    """How late requests left vs their target (engine ms) and whether that distorts the run."""
+
+    mean_ms: float
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+    tolerance_ms: float
+    client_bound: bool
+
+    @classmethod
+    def of(cls, lags_ms: list[float], tolerance_ms: float) -> SendLag:
+        if not lags_ms:
+            return cls(0.0, 0.0, 0.0, 0.0, tolerance_ms, False)
+        p99 = float(np.percentile(lags_ms, 99))
+        return cls(
+            float(np.mean(lags_ms)), float(np.percentile(lags_ms, 50)), p99,
+            float(max(lags_ms)), tolerance_ms, p99 > tolerance_ms,
+        )
+
+
+@dataclass(slots=True)
+class BenchmarkRun:
+    """What one run recorded (engine time): measured and warm-up records, lag, metrics."""
+
+    started_at: datetime
+    duration_s: float
+    records: list[RequestRecord]
+    warmup_records: list[RequestRecord]
+    send_lag: SendLag
+    scrape: ScrapeSummary
+    time_scale: float
+    early_abort: EarlyAbort | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+class _AbortMonitor:
+    """Counts SLO breakers per metric; trips once the gate's percentile can no longer hold."""
+
+    def __init__(self, slo: SLO | None, n: int) -> None:
+        self._slo = slo
+        self._allowed = allowed_violations(n, slo.percentile) if slo else 0
+        self._counts: dict[str, int] = {}
+        self._seen = 0
+        self.tripped: EarlyAbort | None = None
+
+    def observe(self, record: RequestRecord) -> bool:
+        self._seen += 1
+        if self._slo is None or self.tripped is not None:
+            return self.tripped is not None
+        for metric in violated_metrics(record, self._slo):
+            count = self._counts[metric] = self._counts.get(metric, 0) + 1
+            if count > self._allowed:
+                target = self._slo.targets[metric]
+                self.tripped = EarlyAbort(
+                    reason=(
+                        f"{count} requests broke {metric} ≤ {target:g} ms (failed ones count); "
+                        f"p{self._slo.percentile:g} allows at most {self._allowed}: "
+                        "the gate can no longer hold"
+                    ),
+                    metric=metric,
+                    violations=count,
+                    allowed=self._allowed,
+                    after_requests=self._seen,
+                )
+                return True
+        return False
+
+
+async def _preflight(client: httpx.AsyncClient, base_url: str) -> None:
+    try:
+        await client.get("/v1/models", timeout=10.0)
+    except httpx.HTTPError as exc:
+        raise ServerUnreachable(
+            f"cannot reach the server at {base_url}: {type(exc).__name__}"
+            + (f" ({exc})" if str(exc) else "")
+        ) from exc
+
+
+async def _warmup(
+    client: httpx.AsyncClient,
+    specs: list[RequestSpec],
+    *,
+    model: str,
+    endpoint: Endpoint,
+    concurrency: int,
+    deadline_s: float,
+) -> list[RequestRecord]:
+    gate = asyncio.Semaphore(concurrency)
+    t0 = time.perf_counter()
+
+    async def one(i: int, spec: RequestSpec) -> RequestRecord:
+        async with gate:
+            now = time.perf_counter() - t0
+            return await send_request(
+                client, endpoint_path(endpoint),
+                build_payload(endpoint, model, spec.prompt, spec.output_len),
+                index=i, prompt_len=spec.prompt_len, t0=t0, target=now, ready=now,
+                deadline_s=deadline_s, warmup=True,
+            )
+
+    return list(await asyncio.gather(*(one(i, s) for i, s in enumerate(specs))))
+
+
+async def run_benchmark(
+    base_url: str,
+    model: str,
+    workload: Workload,
+    slo: SLO | None = None,
+    *,
+    endpoint: Endpoint | None = None,
+    time_scale: float = 1.0,
+    early_abort: bool = False,
+    scrape_metrics: bool = True,
+    scrape_interval_s: float = 1.0,
+    base_dir: Path | None = None,
+    progress: ProgressFn | None = None,
+) -> BenchmarkRun:
+    """Warm up, then send ``workload.num_prompts`` requests on schedule and record them.
+
+    Raises :class:`ServerUnreachable` when the server does not answer at all; every
+    other failure is a record with its error.
+    """
+    if time_scale <= 0 or not math.isfinite(time_scale):
+        raise ValueError(f"time_scale must be a positive number, got {time_scale}")
+    k = time_scale
+    endpoint = endpoint or workload.endpoint
+    n = workload.num_prompts
+    specs = sample_requests(workload.dataset, n, workload.seed, base_dir=base_dir)
+    n = len(specs)  # a trace may hold fewer
+    warm_specs = sample_requests(
+        workload.dataset, workload.warmup_requests, workload.seed, warmup=True, base_dir=base_dir
+    )
+    offsets = arrival_offsets(
+        n, workload.arrivals, workload.seed, [s.arrival_offset_s for s in specs]
+    )
+    deadline_wall = workload.request_timeout_s / k
+    concurrency = workload.arrivals.max_concurrency
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    timeout = httpx.Timeout(None, connect=10.0)
+    started_at = datetime.now()
+    async with httpx.AsyncClient(base_url=base_url, limits=limits, timeout=timeout) as client:
+        await _preflight(client, base_url)
+        warm = await _warmup(
+            client, warm_specs, model=model, endpoint=endpoint,
+            concurrency=concurrency or max(1, len(warm_specs)), deadline_s=deadline_wall,
+        )
+        t0 = time.perf_counter()
+        scraper = MetricsScraper(client, base_url, t0=t0, interval_s=scrape_interval_s)
+        if scrape_metrics:
+            await scraper.start()
+            t0 = time.perf_counter()  # the baseline scrape is not part of the run
+        records, abort, end = await _measure(
+            client, specs, offsets, model=model, endpoint=endpoint, t0=t0, k=k,
+            concurrency=concurrency, deadline_s=deadline_wall,
+            monitor=_AbortMonitor(slo if early_abort else None, n), progress=progress,
+        )
+        if scrape_metrics:
+            await scraper.stop()
+    scaled = [r.scaled(k) for r in records]
+    tolerance = LAG_FLOOR_MS
+    if slo is not None and slo.targets:
+        tolerance = max(LAG_FLOOR_MS, 0.05 * min(slo.targets.values()))
+    lag = SendLag.of([r.timings.send_lag * 1000.0 for r in scaled], tolerance)
+    warnings: list[str] = []
+    if lag.client_bound:
+        warnings.append(
+            f"client-bound: p99 send lag {lag.p99_ms:.1f} ms (engine time) exceeds "
+            f"{lag.tolerance_ms:.1f} ms — the load generator could not keep the schedule; "
+            "lower the rate or time scale, or run the client on a less loaded machine"
+        )
+    summary = (
+        scraper.summary(k) if scrape_metrics
+        else ScrapeSummary(available=False, error="scraping disabled")
+    )
+    return BenchmarkRun(
+        started_at=started_at,
+        duration_s=end * k,
+        records=scaled,
+        warmup_records=[r.scaled(k) for r in warm],
+        send_lag=lag,
+        scrape=summary,
+        time_scale=k,
+        early_abort=abort,
+        warnings=warnings,
+    )
+
+
+async def _measure(
+    client: httpx.AsyncClient,
+    specs: list[RequestSpec],
+    offsets: list[float],
+    *,
+    model: str,
+    endpoint: Endpoint,
+    t0: float,
+    k: float,
+    concurrency: int | None,
+    deadline_s: float,
+    monitor: _AbortMonitor,
+    progress: ProgressFn | None,
+) -> tuple[list[RequestRecord], EarlyAbort | None, float]:
+    slots = asyncio.Semaphore(concurrency) if concurrency else None
+    done: list[RequestRecord] = []
+    stop = asyncio.Event()
+    tasks: set[asyncio.Task[RequestRecord]] = set()
+    path = endpoint_path(endpoint)
+    clock = time.perf_counter
+
+    def finished(task: asyncio.Task[RequestRecord]) -> None:
+        tasks.discard(task)
+        if slots is not None:
+            slots.release()
+        if task.cancelled():
+            return
+        record = task.result()
+        done.append(record)
+        if progress is not None:
+            progress(len(done), len(specs), record)
+        if monitor.observe(record):
+            stop.set()
+
+    for i, (spec, offset) in enumerate(zip(specs, offsets, strict=True)):
+        target = offset / k
+        delay = target - (clock() - t0)
+        if delay > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), delay)
+        if slots is not None and not stop.is_set():
+            acquire = asyncio.ensure_future(slots.acquire())
+            halt = asyncio.ensure_future(stop.wait())
+            await asyncio.wait({acquire, halt}, return_when=asyncio.FIRST_COMPLETED)
+            halt.cancel()
+            if not acquire.done() or acquire.cancelled():
+                acquire.cancel()
+            elif stop.is_set():
+                slots.release()
+        if stop.is_set():
+            break
+        ready = max(target, clock() - t0)
+        payload = build_payload(endpoint, model, spec.prompt, spec.output_len)
+        task = asyncio.create_task(
+            send_request(
+                client, path, payload, index=i, prompt_len=spec.prompt_len, t0=t0,
+                target=target, ready=ready, deadline_s=deadline_s,
+            )
+        )
+        tasks.add(task)
+        task.add_done_callback(finished)
+    while tasks and not stop.is_set():
+        waiter = asyncio.ensure_future(stop.wait())
+        await asyncio.wait({*tasks, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
+    end = clock() - t0
+    for task in list(tasks):
+        task.cancel()
+    if tasks:
+        await asyncio.gather(*tasks, return_exceptions=True)
+    done.sort(key=lambda r: r.index)
+    return done, monitor.tripped, end
+
+
+def run_benchmark_sync(*args: Any, **kwargs: Any) -> BenchmarkRun:
+    """:func:`run_benchmark` on a fresh event loop (uvloop when installed)."""
+    try:
+        import uvloop
+
+        loop_factory = uvloop.new_event_loop
+    except ImportError:  # pragma: no cover - uvloop ships with uvicorn[standard]
+        loop_factory = None
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        return runner.run(run_benchmark(*args, **kwargs))
