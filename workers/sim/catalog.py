@@ -62,7 +62,8 @@ class ModelSpec:
         q = h * self.num_attention_heads * self.head_dim
         kv = 2 * h * self.num_kv_heads * self.head_dim
         o = self.num_attention_heads * self.head_dim * h
-        bias = (self.num_attention_heads + 2 * self.num_kv_heads) * self.head_dim if self.qkv_bias else 0
+        heads = self.num_attention_heads + 2 * self.num_kv_heads
+        bias = heads * self.head_dim if self.qkv_bias else 0
         mlp = 3 * h * self.intermediate_size
         norms = 2 * h
         per_layer = q + kv + o + bias + mlp + norms
@@ -73,7 +74,8 @@ class ModelSpec:
     @property
     def matmul_params(self) -> int:
         """Parameters that take part in every token's GEMMs (the embedding lookup does not)."""
-        return self.params - self.vocab_size * self.hidden_size * (0 if self.tie_word_embeddings else 1)
+        embedding = self.vocab_size * self.hidden_size
+        return self.params - (0 if self.tie_word_embeddings else embedding)
 
     def kv_bytes_per_token(self, kv_dtype_bytes: float, tensor_parallel_size: int = 1) -> float:
         """KV cache bytes one token occupies on one GPU (K and V, every layer)."""
@@ -102,7 +104,8 @@ GPUS: dict[str, GPUSpec] = {
 
 GPU_ALIASES = {
     "a100": "a100-80g", "a100_sxm": "a100-80g", "h100": "h100-sxm", "h100_sxm": "h100-sxm",
-    "h200_sxm": "h200", "4090": "rtx4090",
+    "h200_sxm": "h200", "h200-sxm": "h200", "a100-sxm": "a100-80g", "4090": "rtx4090",
+    "rtx-4090": "rtx4090",
 }
 
 _LLAMA31_8B = dict(hidden_size=4096, num_layers=32, num_attention_heads=32, num_kv_heads=8,

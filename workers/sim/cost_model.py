@@ -73,7 +73,7 @@ class StepShape:
     @classmethod
     def uniform(cls, prefill_tokens: int, decode_seqs: int, context_len: int,
                 decode_query_tokens: int = 1) -> StepShape:
-        """One fresh prefill of ``prefill_tokens`` beside ``decode_seqs`` sequences of ``context_len``."""
+        """A fresh prompt of ``prefill_tokens`` beside ``decode_seqs`` of ``context_len`` each."""
         return cls(
             prefill_tokens=prefill_tokens,
             prefill_seqs=1 if prefill_tokens else 0,
@@ -133,56 +133,110 @@ class UnsupportedSetup(ValueError):
 
 
 class RooflineCostModel(CostModel):
-    """max(compute, memory) with calibrated efficiencies, plus fixed overhead and all-reduce.
+    """A roofline per group of kernels, with calibrated efficiencies, plus overheads and all-reduce.
 
-    * compute: GEMM FLOPs (2 × params × tokens) at the format's peak × GEMM efficiency,
-      plus attention FLOPs at the BF16 peak × attention efficiency;
-    * memory: weights read once per step, KV read for every attended token, KV written;
-    * overhead: per-step launch/scheduling cost (much larger with ``--enforce-eager``,
-      where CUDA graphs are not used) plus a per-sequence CPU cost;
-    * communication: two all-reduces per layer of the step's activations across TP ranks.
+    A step runs a few groups of kernels one after another, so their times add; inside a
+    group, compute and memory traffic overlap, so the group's time is a smooth maximum
+    ``(c**k + m**k) ** (1/k)`` of its compute time ``c`` and memory time ``m`` (``k`` is
+    fitted: a hard max overstates the overlap near the ridge point, where measured GEMMs
+    run at neither peak). The groups, mirroring how vLLM's forward pass is built:
+
+    * **linear layers** (QKV, O, gate/up, down): 2 × params FLOPs per token at the weight
+      format's peak × GEMM efficiency, against one read of the weights;
+    * **lm_head**: only for tokens that sample (one per decoding sequence and speculative
+      token, one per prefill chunk); vLLM leaves it in BF16 even for quantised models;
+    * **elementwise** (norms, residual adds, SiLU-and-mul): memory traffic of the
+      activations, ``8·hidden + 3·intermediate`` elements per token and layer;
+    * **prefill attention**: 4·heads·head_dim FLOPs per query-key pair per layer at the
+      BF16 peak × attention efficiency, against reading the chunk's KV;
+    * **decode attention**: reading every decoding sequence's KV cache at the bandwidth ×
+      KV efficiency (lower for an FP8 cache, which is dequantised on the fly);
+    * **overhead**: a fixed per-step cost, a per-layer kernel-launch cost, a per-layer
+      cost for each attention pass present (prefill, decode), a per-sequence CPU cost
+      (input preparation, sampling), and with ``--enforce-eager`` a per-layer cost for
+      launching kernels outside CUDA graphs;
+    * **communication**: two all-reduces per layer of the step's activations across TP
+      ranks (none at TP 1).
+
+    ``StepCost.compute_s`` and ``memory_s`` are the sums of the groups' compute and memory
+    times, so ``max(compute, memory) <= total - overhead - communication`` and the
+    difference is the time lost to imperfect overlap.
     """
 
     name = "roofline"
 
-    def __init__(self, setup: HardwareSetup, calibration: RooflineCalibration | None = None) -> None:
+    def __init__(self, setup: HardwareSetup,
+                 calibration: RooflineCalibration | None = None) -> None:
         super().__init__(setup)
-        self.cal = calibration or load_calibration(setup.gpu.name)
-        m, tp = setup.model, setup.tensor_parallel_size
-        self._gemm_flops_per_token = 2.0 * m.matmul_params / tp
-        self._attn_flops_per_pair = 4.0 * m.num_layers * (m.num_attention_heads / tp) * m.head_dim
-        self._weight_bytes = m.matmul_params / tp * setup.weight_bytes_per_param
-        self._kv_bytes_per_token = m.kv_bytes_per_token(setup.kv_bytes_per_element, tp)
-        self._gemm_rate = setup.gemm_flops * self.cal.gemm_efficiency
-        self._attn_rate = setup.gpu.bf16_flops * self.cal.attention_efficiency
-        self._mem_rate = setup.gpu.memory_bandwidth * self.cal.memory_efficiency
-        self._allreduce_bytes_per_token = (
-            m.hidden_size * 2.0 * 2.0 * (tp - 1) / tp if tp > 1 else 0.0
+        cal = self.cal = calibration or load_calibration(setup.gpu.name)
+        m, gpu, tp = setup.model, setup.gpu, setup.tensor_parallel_size
+        layers = m.num_layers
+        fp8_cores = setup.weight_format == "fp8" and gpu.fp8_flops is not None
+        gemm_eff = cal.fp8_gemm_efficiency if fp8_cores else cal.gemm_efficiency
+        bf16_rate = gpu.bf16_flops * cal.gemm_efficiency
+        mem_rate = gpu.memory_bandwidth * cal.memory_efficiency
+        fp8_kv = setup.kv_bytes_per_element < 2.0
+        kv_rate = gpu.memory_bandwidth * (cal.fp8_kv_efficiency if fp8_kv else cal.kv_efficiency)
+        lm_head = m.vocab_size * m.hidden_size / tp
+        body = m.matmul_params / tp - (0 if m.tie_word_embeddings else lm_head)
+        # Seconds per unit of work, so that step_cost is a handful of multiplications.
+        self._k = cal.overlap_exponent
+        self._body_c = 2.0 * body / (setup.gemm_flops * gemm_eff)
+        self._body_m = body * setup.weight_bytes_per_param / mem_rate
+        self._head_c = 2.0 * lm_head / bf16_rate
+        self._head_m = lm_head * 2.0 / mem_rate
+        elementwise = 8 * m.hidden_size + 3 * m.intermediate_size / tp
+        self._elementwise_m = layers * elementwise * 2.0 / mem_rate
+        self._pair_c = (4.0 * layers * (m.num_attention_heads / tp) * m.head_dim
+                        / (gpu.bf16_flops * cal.attention_efficiency))
+        kv_token = m.kv_bytes_per_token(setup.kv_bytes_per_element, tp)
+        self._kv_prefill_m = kv_token / mem_rate
+        self._kv_decode_m = kv_token / kv_rate
+        self._attn_pass = cal.attention_overhead_per_layer_s * layers
+        self._fixed = cal.step_overhead_s + cal.layer_overhead_s * layers + (
+            cal.eager_overhead_per_layer_s * layers if setup.enforce_eager else 0.0
         )
-        self._fixed_overhead = self.cal.step_overhead_s + (
-            self.cal.eager_overhead_per_layer_s * m.num_layers if setup.enforce_eager else 0.0
-        )
+        self._per_seq = cal.per_seq_overhead_s
+        if tp > 1:
+            allreduce_bytes = m.hidden_size * 2.0 * 2.0 * (tp - 1) / tp
+            self._comm_fixed = 2 * layers * gpu.interconnect_latency_s
+            self._comm_token = 2 * layers * allreduce_bytes / gpu.interconnect_bandwidth
+        else:
+            self._comm_fixed = self._comm_token = 0.0
+
+    def _overlap(self, compute: float, memory: float) -> float:
+        k = self._k
+        return float((compute**k + memory**k) ** (1.0 / k))
 
     def step_cost(self, shape: StepShape) -> StepCost:
         tokens = shape.num_tokens
         if tokens == 0:
             return StepCost(0.0, 0.0, 0.0, 0.0, 0.0)
-        decode_pairs = shape.decode_context * shape.decode_query_tokens
-        compute = (tokens * self._gemm_flops_per_token / self._gemm_rate
-                   + (shape.prefill_attention_pairs + decode_pairs) * self._attn_flops_per_pair
-                   / self._attn_rate)
-        kv_tokens = shape.decode_context + shape.prefill_context + tokens
-        memory = (self._weight_bytes + kv_tokens * self._kv_bytes_per_token) / self._mem_rate
-        seqs = shape.decode_seqs + shape.prefill_seqs
-        overhead = self._fixed_overhead + seqs * self.cal.per_seq_overhead_s
-        comm = 0.0
-        if self.setup.tensor_parallel_size > 1:
-            layers = self.setup.model.num_layers
-            comm = 2 * layers * (self.setup.gpu.interconnect_latency_s
-                                 + tokens * self._allreduce_bytes_per_token
-                                 / self.setup.gpu.interconnect_bandwidth)
-        total = max(compute, memory) + overhead + comm
-        return StepCost(total, compute, memory, overhead, comm)
+        q = shape.decode_query_tokens
+        sampled = shape.prefill_seqs + shape.decode_seqs * q
+        body_c, body_m = tokens * self._body_c, self._body_m
+        head_c, head_m = sampled * self._head_c, self._head_m
+        elem_m = tokens * self._elementwise_m
+        compute = body_c + head_c
+        memory = body_m + head_m + elem_m
+        busy = self._overlap(body_c, body_m) + self._overlap(head_c, head_m) + elem_m
+        overhead = self._fixed + (shape.prefill_seqs + shape.decode_seqs) * self._per_seq
+        if shape.prefill_tokens:
+            attn_c = shape.prefill_attention_pairs * self._pair_c
+            attn_m = (shape.prefill_context + shape.prefill_tokens) * self._kv_prefill_m
+            compute += attn_c
+            memory += attn_m
+            busy += self._overlap(attn_c, attn_m)
+            overhead += self._attn_pass
+        if shape.decode_seqs:
+            attn_c = shape.decode_context * q * self._pair_c
+            attn_m = (shape.decode_context + shape.decode_seqs * q) * self._kv_decode_m
+            compute += attn_c
+            memory += attn_m
+            busy += self._overlap(attn_c, attn_m)
+            overhead += self._attn_pass
+        comm = self._comm_fixed + tokens * self._comm_token if self._comm_token else 0.0
+        return StepCost(busy + overhead + comm, compute, memory, overhead, comm)
 
 
 CostModelFactory = Callable[[HardwareSetup], CostModel]
