@@ -241,7 +241,17 @@ class RooflineCostModel(CostModel):
 
 CostModelFactory = Callable[[HardwareSetup], CostModel]
 
-COST_MODELS: dict[str, CostModelFactory] = {"roofline": RooflineCostModel}
+def _aiconfigurator(setup: HardwareSetup) -> CostModel:
+    # Imported on use: the package behind it is an optional extra, and heavy.
+    from workers.sim.aiconfigurator_model import AIConfiguratorCostModel
+
+    return AIConfiguratorCostModel(setup)
+
+
+COST_MODELS: dict[str, CostModelFactory] = {
+    "roofline": RooflineCostModel,
+    "aiconfigurator": _aiconfigurator,
+}
 
 
 def make_cost_model(name: str, setup: HardwareSetup) -> CostModel:
