@@ -10,7 +10,14 @@ from __future__ import annotations
 import math
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
 __all__ = [
     "SLO",
@@ -134,6 +141,10 @@ class Arrivals(_Strict):
         if isinstance(value, str) and value.strip().lower() in {"inf", "infinity"}:
             return math.inf
         return value
+
+    @field_serializer("request_rate", when_used="json")
+    def _dump_inf(self, value: float) -> float | str:
+        return "inf" if math.isinf(value) else value  # JSON has no infinity
 
 
 class Workload(_Strict):

@@ -1,0 +1,59 @@
+"""Workload and SLO contracts: defaults, parsing, and errors that name the field."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from pydantic import ValidationError
+
+from workers.contracts import SLO, Arrivals, RandomDataset, TraceDataset, Workload
+
+
+def test_slo_parse_forms() -> None:
+    slo = SLO.parse("ttft:300,tpot:50")
+    assert slo.percentile == 99 and slo.targets == {"ttft": 300.0, "tpot": 50.0}
+    assert SLO.parse(["ttft:300", "e2el:2000"]).targets == {"ttft": 300.0, "e2el": 2000.0}
+    assert SLO.parse("p:95,itl:40").percentile == 95
+    assert str(SLO.parse("ttft:300,tpot:50")) == "p99 ttft ≤ 300 ms, tpot ≤ 50 ms"
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ("latency:300", "unknown SLO metric 'latency'"),
+    ("ttft=300", "not 'metric:milliseconds'"),
+    ("ttft:fast", "'fast' is not a number"),
+])
+def test_slo_parse_errors(text: str, needle: str) -> None:
+    with pytest.raises(ValueError, match=needle):
+        SLO.parse(text)
+
+
+def test_slo_rejects_non_positive_target() -> None:
+    with pytest.raises(ValidationError, match="ttft"):
+        SLO.parse("ttft:0")
+
+
+def test_workload_roundtrip_and_discriminator() -> None:
+    w = Workload.model_validate({"dataset": {"kind": "trace", "path": "t.jsonl"},
+                                 "arrivals": {"request_rate": "inf"}})
+    assert isinstance(w.dataset, TraceDataset)
+    assert math.isinf(w.arrivals.request_rate)
+    again = Workload.model_validate_json(w.model_dump_json())
+    assert again == w
+    assert isinstance(Workload().dataset, RandomDataset)
+
+
+def test_unknown_dataset_kind_lists_valid_ones() -> None:
+    with pytest.raises(ValidationError) as info:
+        Workload.model_validate({"dataset": {"kind": "sharegpt"}})
+    text = str(info.value)
+    assert "random" in text and "prefix_repetition" in text and "trace" in text
+
+
+def test_errors_name_the_field() -> None:
+    with pytest.raises(ValidationError, match=r"dataset\.random\.range_ratio"):
+        Workload.model_validate({"dataset": {"kind": "random", "range_ratio": 1.5}})
+    with pytest.raises(ValidationError, match="request_rat"):
+        Workload.model_validate({"arrivals": {"request_rat": 3}})
+    with pytest.raises(ValidationError, match="burstiness"):
+        Arrivals(burstiness=0)
