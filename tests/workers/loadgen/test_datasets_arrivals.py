@@ -119,7 +119,7 @@ def test_bad_workload_file_names_file_and_field(tmp_path: Path) -> None:
     bad.write_text("name: mine\ndataset:\n  kind: random\n  input_len: -5\n")
     with pytest.raises(WorkloadError, match=r"mine\.yaml: dataset\.random\.input_len"):
         load_workload(str(bad))
-    with pytest.raises(WorkloadError, match="unknown workload 'nope'.*lab"):
+    with pytest.raises(WorkloadError, match=r"unknown workload 'nope'.*lab"):
         load_workload("nope")
     broken = tmp_path / "broken.yaml"
     broken.write_text("name: [unclosed\n")

@@ -1,0 +1,55 @@
+"""Real server processes for the load generator's tests: the known-timing stub, the sim.
+
+Imported by module name (this folder has no ``__init__.py``, so pytest puts it on
+``sys.path``).
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+TTFT_MS = 100.0
+ITL_MS = 20.0
+
+
+def wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        try:
+            if httpx.get(url + "/health", timeout=1.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} not healthy after {timeout_s} s")
+
+
+def start_stub(*extra: str) -> tuple[str, subprocess.Popen[bytes]]:
+    port = free_port()
+    argv = [sys.executable, "-m", "workers.loadgen.stub_server", "--port", str(port),
+            "--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS), *extra]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    wait_healthy(url, proc)
+    return url, proc
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
