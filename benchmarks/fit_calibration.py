@@ -6,8 +6,8 @@ For each GPU with reference rows, a coordinate search in log-parameter space min
 the mean squared log error of the modelled step times, plus a term on the worst rows
 (the fourth power of the log error) so that no row is sacrificed for the median. Each
 factor stays inside physically plausible bounds (an efficiency cannot exceed 1). No
-scipy: the model is cheap and has ten factors, so a coordinate search converges in
-seconds.
+scipy: the model is cheap and has about ten factors, so a coordinate search
+converges in under a minute on two cores.
 
 The ``default`` entry (GPUs without reference rows, e.g. the RTX 4090) copies the factors
 of the GPU named by ``DEFAULT_FROM``: efficiencies are fractions of a datasheet peak, so
