@@ -251,7 +251,9 @@ def build_config(
             "max_num_batched_tokens or decrease max_model_len."
         )
     if not 0.0 <= sim_acceptance_rate <= 1.0:
-        raise EngineConfigError(f"--sim-acceptance-rate must be in [0, 1], got {sim_acceptance_rate}.")
+        raise EngineConfigError(
+            f"--sim-acceptance-rate must be in [0, 1], got {sim_acceptance_rate}."
+        )
     if sim_noise < 0:
         raise EngineConfigError(f"--sim-noise must be >= 0, got {sim_noise}.")
     if sim_time_scale <= 0:

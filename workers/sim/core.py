@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import enum
 import math
-from bisect import bisect_left
 import random
+from bisect import bisect_left
 from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -385,6 +385,8 @@ class EngineCore:
         waiting, running = self.waiting, self.running
         while waiting and budget > 0 and len(running) < cfg.max_num_seqs:
             req = waiting[0]
+            if req.arrival_time > now:
+                break  # the real-time driver can run behind the wall clock: not here yet
             hits: list[int] = []
             if cfg.enable_prefix_caching:
                 hits = self._cached_prefix(req)

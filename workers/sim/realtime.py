@@ -1,9 +1,12 @@
 """The real-time driver: the engine core stepping on the wall clock behind the server.
 
-Engine time runs ``time_scale`` times faster than the wall clock. Each step is scheduled
-at the current engine time, the driver sleeps until the step's modelled end, then hands
-every request its new tokens. How late each wake-up is (the step-timing lag) is kept so
-the benchmark can show the driver keeps time.
+Engine time runs ``time_scale`` times faster than the wall clock. While the engine is
+busy, each step starts exactly when the previous one ended in engine time, so engine
+time stays a pure function of the cost model: a late wake-up of the event loop delays
+when tokens are delivered, never the modelled timings (at a time scale of K, one
+millisecond of wall lag would otherwise add K milliseconds to every step). When the
+engine is idle, the next step starts at the current engine time. How late each wake-up
+is (the step-timing lag) is kept so the benchmark can show the driver keeps time.
 """
 
 from __future__ import annotations
@@ -11,7 +14,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from workers.sim.config import EngineConfig, MemoryPlan
@@ -47,18 +52,20 @@ class RealTimeEngine:
         self.handles: dict[str, RequestHandle] = {}
         self.lags: deque[float] = deque(maxlen=lag_window)
         self.crashed: str | None = None
+        self.on_crash: Callable[[], None] | None = None
+        """Called once the engine has died (the server shuts down, as vLLM's does)."""
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._t0 = 0.0
         self._ids = 0
 
     def engine_now(self) -> float:
-        return (asyncio.get_running_loop().time() - self._t0) * self.scale
+        # perf_counter, not loop.time(): uvloop caches its clock at millisecond resolution.
+        return (time.perf_counter() - self._t0) * self.scale
 
     def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._t0 = loop.time()
-        self._task = loop.create_task(self._run(), name="sim-engine")
+        self._t0 = time.perf_counter()
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="sim-engine")
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -85,30 +92,35 @@ class RealTimeEngine:
             self.core.abort(request_id, self.engine_now())
 
     async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
         core = self.core
+        busy_until: float | None = None
         while True:
             if not core.has_work():
+                busy_until = None
                 self._wake.clear()
                 await self._wake.wait()
                 continue
+            start = self.engine_now() if busy_until is None else busy_until
             try:
-                result = core.step(self.engine_now())
+                result = core.step(start)
             except EngineCrashed as exc:
                 self.crashed = str(exc)
                 log.error("EngineCore encountered a fatal error.\n%s", exc)
                 self._fail_all()
+                if self.on_crash is not None:
+                    self.on_crash()
                 return
             if result is None:
-                self._wake.clear()
-                await self._wake.wait()
+                # Only requests that arrive after ``start`` are queued: catch up to now.
+                busy_until = None
+                await asyncio.sleep(0)
                 continue
             target = self._t0 + result.end_time / self.scale
-            delay = target - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            self.lags.append(max(0.0, loop.time() - target))
+            while (remaining := target - time.perf_counter()) > 0:
+                await asyncio.sleep(remaining)
+            self.lags.append(time.perf_counter() - target)
             self._deliver(result.new_tokens, result.finished)
+            busy_until = result.end_time
 
     def _deliver(self, new_tokens: list[tuple[SimRequest, int]],
                  finished: list[SimRequest]) -> None:

@@ -13,11 +13,10 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Literal
 
 from fastapi import FastAPI, Request
@@ -100,15 +99,16 @@ def _chat_prompt(messages: list[ChatMessage]) -> str:
     return " ".join(parts)
 
 
-def _prompt_ids(prompt: str | list[int] | list[str] | list[list[int]], vocab: int) -> list[int]:
+def _prompt_ids(prompt: object, vocab: int) -> list[int]:
+    """Token ids of a completions ``prompt``: a text, token ids, or a one-element batch."""
     if isinstance(prompt, str):
         return tokenizer.encode(prompt, vocab)
-    if prompt and all(isinstance(t, int) for t in prompt):
-        ids = [int(t) for t in prompt]  # type: ignore[arg-type]
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+        ids = [int(t) for t in prompt]
         if any(t < 0 or t >= vocab for t in ids):
             raise RequestRejected(f"Token id out of vocabulary range [0, {vocab}).")
         return ids
-    if len(prompt) == 1:
+    if isinstance(prompt, list) and len(prompt) == 1:
         return _prompt_ids(prompt[0], vocab)
     raise RequestRejected(
         "The simulated engine serves one prompt per request; send a string or a list of "
@@ -119,8 +119,10 @@ def _prompt_ids(prompt: str | list[int] | list[str] | list[list[int]], vocab: in
 class SimServer:
     """Wires one :class:`RealTimeEngine` to the HTTP routes."""
 
-    def __init__(self, config: EngineConfig, plan: MemoryPlan, startup_delay: float) -> None:
+    def __init__(self, config: EngineConfig, plan: MemoryPlan, startup_delay: float,
+                 on_crash: Callable[[], None] | None = None) -> None:
         self.config = config
+        self.on_crash = on_crash
         self.plan = plan
         self.startup_delay = startup_delay
         self.engine: RealTimeEngine | None = None
@@ -137,6 +139,7 @@ class SimServer:
         @contextlib.asynccontextmanager
         async def lifespan(_: FastAPI) -> AsyncIterator[None]:
             self.engine = RealTimeEngine(self.config, self.plan)
+            self.engine.on_crash = self.on_crash
             self.registry.register(EngineStatsCollector(
                 lambda: self._engine().core.stats, lambda: self._engine().core.gauges(),
                 self.config.served_model_name,
@@ -355,13 +358,20 @@ def serve_from_args(args: argparse.Namespace) -> int:
         modelled = load_seconds(config, plan) + (
             0.0 if config.enforce_eager else graph_capture_seconds(config))
         delay = min(MAX_STARTUP_DELAY_S, modelled / config.time_scale)
-    server = SimServer(config, plan, startup_delay=max(0.0, delay))
-    log.info("Starting vLLM API server on http://%s:%d", args.host, args.port)
-
     import uvicorn
 
+    uv_server: uvicorn.Server | None = None
+
+    def shut_down() -> None:
+        if uv_server is not None:
+            uv_server.should_exit = True
+
+    server = SimServer(config, plan, startup_delay=max(0.0, delay), on_crash=shut_down)
+    log.info("Starting vLLM API server on http://%s:%d", args.host, args.port)
+
+    # The stdlib loop: its timers never fire early (uvloop rounds sub-millisecond sleeps).
     uv_config = uvicorn.Config(server.app, host=args.host, port=args.port, log_level="warning",
-                               access_log=False, timeout_graceful_shutdown=2)
+                               access_log=False, timeout_graceful_shutdown=2, loop="asyncio")
     uv_server = uvicorn.Server(uv_config)
     try:
         uv_server.run()
@@ -370,7 +380,3 @@ def serve_from_args(args: argparse.Namespace) -> int:
     if server.engine is not None and server.engine.crashed:
         return 1
     return 0 if uv_server.started else 1
-
-
-def _exit_on_crash(server: SimServer) -> None:  # pragma: no cover - reserved
-    os._exit(1)

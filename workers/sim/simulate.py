@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 from workers.sim.config import EngineConfig, MemoryPlan
 from workers.sim.core import EngineCore, EngineCrashed, SimRequest
@@ -64,7 +65,7 @@ class RequestTiming:
     def itls(self) -> list[float]:
         """Gaps between successive token emissions (tokens of one step arrive together)."""
         times = sorted(set(self.token_times))
-        return [b - a for a, b in zip(times, times[1:], strict=False)]
+        return [b - a for a, b in pairwise(times)]
 
 
 @dataclass(slots=True)

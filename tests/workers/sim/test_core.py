@@ -1,0 +1,197 @@
+"""Each knob moves its wall the way it does in vLLM, on the virtual-time core.
+
+Loads are realistic and seeded: Qwen2.5-7B on one RTX 4090 with the seed's 512-in /
+128-out shape unless a knob needs another (long prompts, shared prefixes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tests.workers.sim.loads import itls, pct, poisson_load, throughput, tpots, ttfts
+from workers.sim.config import build_config
+from workers.sim.core import EngineCore, RequestRejected
+from workers.sim.simulate import SimRequestSpec, simulate
+
+QWEN7B = "Qwen/Qwen2.5-7B-Instruct"
+INF = float("inf")
+
+
+def test_all_requests_complete_with_their_requested_lengths() -> None:
+    load = poisson_load(300, 10.0, 512, 128, seed=3)
+    result = simulate(build_config(QWEN7B, sim_gpu="rtx4090", quantization="fp8"), load)
+    assert len(result.requests) == 300
+    for timing in result.requests:
+        assert timing.output_tokens == 128
+        assert timing.finish_reason == "length"
+        assert len(timing.token_times) == 128
+        assert timing.arrival_time <= timing.first_scheduled_time <= timing.first_token_time  # type: ignore[operator]
+        assert list(timing.token_times) == sorted(timing.token_times)
+
+
+def test_max_num_seqs_trades_tpot_for_throughput_until_kv_binds() -> None:
+    load = poisson_load(600, INF, 512, 128, seed=1)
+    results = {
+        seqs: simulate(build_config(QWEN7B, sim_gpu="rtx4090", max_num_seqs=seqs), load)
+        for seqs in (8, 32, 128, 256)
+    }
+    thr = [throughput(results[s]) for s in (8, 32, 128)]
+    tpot = [pct(tpots(results[s]), 50) for s in (8, 32, 128)]
+    assert thr[0] < thr[1] < thr[2]
+    assert tpot[0] < tpot[1] < tpot[2]
+    # Below the KV wall there is no preemption; past it (256 seqs × 640 tokens > ~99k KV
+    # tokens) the cache binds and preemptions show up in the counters and the gauge hits 1.
+    assert results[128].stats.num_preemptions == 0
+    assert results[256].stats.num_preemptions > 0
+    assert max(results[256].series.kv_cache_usage_perc) > 0.97
+    assert any(t.num_preemptions for t in results[256].requests)
+
+
+def test_smaller_batch_budget_lowers_itl_tail_but_raises_ttft_under_long_prompts() -> None:
+    load = poisson_load(120, 3.0, 4096, 256, seed=2)
+    model = "meta-llama/Llama-3.1-8B-Instruct"
+    small = simulate(build_config(model, sim_gpu="h100-sxm", max_num_batched_tokens=512,
+                                      max_num_seqs=256), load)
+    large = simulate(build_config(model, sim_gpu="h100-sxm", max_num_batched_tokens=8192,
+                                      max_num_seqs=256), load)
+    assert pct(itls(small), 99) < 0.7 * pct(itls(large), 99)
+    assert pct(ttfts(small), 50) > pct(ttfts(large), 50)
+
+
+def test_prefix_caching_cuts_ttft_on_a_shared_prefix_and_counts_hits() -> None:
+    shared = list(range(1000, 1000 + 1536))
+    load = poisson_load(200, 4.0, 1536 + 128, 64, seed=4, prefix=shared)
+    on = simulate(build_config(QWEN7B, sim_gpu="rtx4090"), load)
+    off = simulate(build_config(QWEN7B, sim_gpu="rtx4090", enable_prefix_caching=False), load)
+    assert pct(ttfts(on), 50) < 0.5 * pct(ttfts(off), 50)
+    assert on.stats.prefix_cache_hits > 0.8 * 199 * 1536
+    assert on.stats.prefix_cache_queries >= on.stats.prefix_cache_hits
+    assert off.stats.prefix_cache_hits == 0 and off.stats.prefix_cache_queries == 0
+    assert min(t.num_cached_tokens for t in on.requests[1:]) >= 1536
+
+
+def test_unique_prompts_get_no_prefix_hits() -> None:
+    result = simulate(build_config(QWEN7B, sim_gpu="rtx4090"), poisson_load(50, 2.0, 512, 16))
+    assert result.stats.prefix_cache_hits == 0
+    assert result.stats.prefix_cache_queries > 0
+
+
+def test_tensor_parallelism_speeds_up_decode() -> None:
+    load = poisson_load(20, 0.5, 512, 128, seed=5)
+    model = "Qwen/Qwen2.5-32B-Instruct"
+    # 65 GB of weights leave one H100 too little KV for 32k tokens: cap the length.
+    tp1 = simulate(build_config(model, sim_gpu="h100-sxm", max_model_len=8192), load)
+    tp2 = simulate(build_config(model, sim_gpu="h100-sxm", max_model_len=8192,
+                                tensor_parallel_size=2), load)
+    assert pct(tpots(tp2), 50) < 0.8 * pct(tpots(tp1), 50)
+
+
+@pytest.mark.parametrize("quantization", ["fp8", "awq"])
+def test_weight_quantization_speeds_up_decode(quantization: str) -> None:
+    load = poisson_load(20, 0.5, 512, 128, seed=6)
+    base = simulate(build_config(QWEN7B, sim_gpu="rtx4090"), load)
+    quant = simulate(build_config(QWEN7B, sim_gpu="rtx4090", quantization=quantization), load)
+    assert pct(tpots(quant), 50) < 0.8 * pct(tpots(base), 50)
+
+
+def test_speculative_decoding_yields_more_tokens_per_step() -> None:
+    load = poisson_load(20, 0.5, 512, 128, seed=7)
+    base = simulate(build_config(QWEN7B, sim_gpu="h100-sxm"), load)
+    spec = simulate(build_config(
+        QWEN7B, sim_gpu="h100-sxm", sim_acceptance_rate=0.8,
+        speculative_config='{"method": "ngram", "num_speculative_tokens": 4}'), load)
+    assert pct(tpots(spec), 50) < 0.7 * pct(tpots(base), 50)
+    assert spec.num_steps < base.num_steps
+    assert all(t.output_tokens == 128 for t in spec.requests)
+    # With nothing accepted, speculation only adds verification work.
+    useless = simulate(build_config(
+        QWEN7B, sim_gpu="h100-sxm", sim_acceptance_rate=0.0,
+        speculative_config='{"method": "ngram", "num_speculative_tokens": 4}'), load)
+    assert pct(tpots(useless), 50) >= pct(tpots(base), 50)
+
+
+def test_fp8_kv_cache_relieves_a_kv_bound_load() -> None:
+    load = poisson_load(400, INF, 512, 512, seed=8)
+    base = simulate(build_config(QWEN7B, sim_gpu="rtx4090"), load)
+    fp8 = simulate(build_config(QWEN7B, sim_gpu="rtx4090", kv_cache_dtype="fp8"), load)
+    assert base.stats.num_preemptions > 0
+    assert fp8.stats.num_preemptions < base.stats.num_preemptions
+
+
+def test_eager_mode_is_slower_than_cuda_graphs() -> None:
+    load = poisson_load(20, 0.5, 512, 128, seed=9)
+    graphs = simulate(build_config(QWEN7B, sim_gpu="h100-sxm"), load)
+    eager = simulate(build_config(QWEN7B, sim_gpu="h100-sxm", enforce_eager=True), load)
+    assert pct(tpots(eager), 50) > pct(tpots(graphs), 50)
+
+
+def test_zero_noise_same_seed_gives_identical_timings() -> None:
+    load = poisson_load(200, 15.0, 512, 128, seed=10)
+    cfg = build_config(QWEN7B, sim_gpu="rtx4090", quantization="fp8")
+    first, second = simulate(cfg, load), simulate(cfg, load)
+    assert [r.token_times for r in first.requests] == [r.token_times for r in second.requests]
+
+
+def test_noise_is_seeded() -> None:
+    load = poisson_load(100, 10.0, 512, 64, seed=11)
+    cfg = build_config(QWEN7B, sim_gpu="rtx4090", quantization="fp8", sim_noise=0.05)
+    again = simulate(cfg, load)
+    assert [r.token_times for r in simulate(cfg, load).requests] == \
+        [r.token_times for r in again.requests]
+    other = simulate(dataclasses.replace(cfg, seed=1), load)
+    assert [r.token_times for r in other.requests] != [r.token_times for r in again.requests]
+    quiet = simulate(dataclasses.replace(cfg, noise=0.0), load)
+    ratio = pct(tpots(again), 50) / pct(tpots(quiet), 50)
+    assert 0.9 < ratio < 1.1
+
+
+def test_max_model_len_is_enforced() -> None:
+    cfg = build_config(QWEN7B, sim_gpu="rtx4090", max_model_len=1024)
+    with pytest.raises(RequestRejected, match="maximum context length is 1024 tokens"):
+        simulate(cfg, [SimRequestSpec(0.0, list(range(1000)), 100)])
+    with pytest.raises(RequestRejected, match="your request has 2000 input tokens"):
+        EngineCore(cfg).add_request("r", list(range(2000)), 10, 0.0)
+    ok = simulate(cfg, [SimRequestSpec(0.0, list(range(1000)), 24)])
+    assert ok.requests[0].output_tokens == 24
+
+
+def test_without_ignore_eos_the_model_stops_on_its_own_within_limits() -> None:
+    specs = [SimRequestSpec(0.1 * i, list(range(i, i + 64)), 400, ignore_eos=False,
+                            min_tokens=8) for i in range(60)]
+    result = simulate(build_config(QWEN7B, sim_gpu="h100-sxm"), specs)
+    lengths = [r.output_tokens for r in result.requests]
+    assert all(8 <= n <= 400 for n in lengths)
+    assert len(set(lengths)) > 10
+    assert {r.finish_reason for r in result.requests} <= {"stop", "length"}
+    assert "stop" in {r.finish_reason for r in result.requests}
+
+
+def test_chunked_prefill_off_runs_whole_prompts_in_one_step() -> None:
+    load = poisson_load(30, 2.0, 3000, 32, seed=12)
+    cfg = build_config("meta-llama/Llama-3.1-8B-Instruct", sim_gpu="h100-sxm",
+                       enable_chunked_prefill=False, max_model_len=8192)
+    result = simulate(cfg, load)
+    assert max(result.series.batch_tokens) >= 3000
+    assert all(r.output_tokens == 32 for r in result.requests)
+
+
+def test_utilization_too_close_to_one_crashes_under_the_first_large_batch() -> None:
+    cfg = build_config(QWEN7B, sim_gpu="rtx4090", gpu_memory_utilization=0.97,
+                       max_num_batched_tokens=8192)
+    crashed = simulate(cfg, poisson_load(50, INF, 2048, 16, seed=13))
+    assert crashed.crashed is not None and "CUDA out of memory" in crashed.crashed
+    # Small batches stay under the limit, so the same engine serves a light load.
+    fine = simulate(cfg, poisson_load(5, 0.5, 256, 16, seed=13))
+    assert fine.crashed is None and len(fine.requests) == 5
+
+
+def test_queue_grows_past_the_knee() -> None:
+    below = simulate(build_config(QWEN7B, sim_gpu="rtx4090", quantization="fp8"),
+                     poisson_load(400, 5.0, 512, 128, seed=14))
+    above = simulate(build_config(QWEN7B, sim_gpu="rtx4090", quantization="fp8"),
+                     poisson_load(400, 60.0, 512, 128, seed=14))
+    assert max(below.series.num_requests_waiting) < 10
+    assert max(above.series.num_requests_waiting) > 100
+    assert pct(ttfts(above), 99) > 10 * pct(ttfts(below), 99)
