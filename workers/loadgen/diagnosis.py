@@ -89,8 +89,16 @@ def _series(summary: ScrapeSummary, name: str) -> list[float]:
     return [v for _, v in summary.gauges.get(name, [])]
 
 
-def _growth(values: list[float]) -> float:
-    """Mean of the last third minus mean of the first third (0 when too short)."""
+def _growth(summary: ScrapeSummary, name: str) -> float | None:
+    """Mean of the last third minus mean of the first third of a gauge while load was sent.
+
+    After the last request leaves the queue only drains, so those points are left out.
+    """
+    points = summary.gauges.get(name, [])
+    if not points:
+        return None
+    end = summary.load_end_s
+    values = [v for t, v in points if end is None or t <= end] or [v for _, v in points]
     if len(values) < 3:
         return 0.0
     third = max(1, len(values) // 3)
@@ -132,7 +140,7 @@ def diagnose(summary: ScrapeSummary, score: Score, slo: SLO | None = None) -> Di
     evidence: dict[str, float | None] = {
         "waiting_mean": float(np.mean(waiting)) if waiting else None,
         "waiting_max": max(waiting) if waiting else None,
-        "waiting_growth": _growth(waiting) if waiting else None,
+        "waiting_growth": _growth(summary, "vllm:num_requests_waiting"),
         "running_mean": float(np.mean(running)) if running else None,
         "running_max": max(running) if running else None,
         "kv_usage_mean": float(np.mean(kv)) if kv else None,

@@ -181,7 +181,7 @@ async def run_benchmark(
     time_scale: float = 1.0,
     early_abort: bool = False,
     scrape_metrics: bool = True,
-    scrape_interval_s: float = 1.0,
+    scrape_interval_s: float = 0.5,
     base_dir: Path | None = None,
     progress: ProgressFn | None = None,
 ) -> BenchmarkRun:
@@ -215,7 +215,9 @@ async def run_benchmark(
             concurrency=concurrency or max(1, len(warm_specs)), deadline_s=deadline_wall,
         )
         t0 = time.perf_counter()
-        scraper = MetricsScraper(client, base_url, t0=t0, interval_s=scrape_interval_s)
+        # the interval is engine time; keep at least 0.1 s of wall time between scrapes
+        wall_interval = max(0.1, scrape_interval_s / k)
+        scraper = MetricsScraper(client, base_url, t0=t0, interval_s=wall_interval)
         if scrape_metrics:
             await scraper.start()
             t0 = time.perf_counter()  # the baseline scrape is not part of the run
@@ -227,6 +229,7 @@ async def run_benchmark(
         if scrape_metrics:
             await scraper.stop()
     scaled = [r.scaled(k) for r in records]
+    load_end = max((r.timings.start for r in scaled), default=0.0)
     tolerance = LAG_FLOOR_MS
     if slo is not None and slo.targets:
         tolerance = max(LAG_FLOOR_MS, 0.05 * min(slo.targets.values()))
@@ -242,6 +245,7 @@ async def run_benchmark(
         scraper.summary(k) if scrape_metrics
         else ScrapeSummary(available=False, error="scraping disabled")
     )
+    summary.load_end_s = load_end
     return BenchmarkRun(
         started_at=started_at,
         duration_s=end * k,

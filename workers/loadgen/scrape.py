@@ -86,12 +86,15 @@ class ScrapeSummary:
     gauges: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     counters: dict[str, float] = field(default_factory=dict)
     histograms: dict[str, HistogramDelta] = field(default_factory=dict)
+    load_end_s: float | None = None
+    """When the last request was sent (engine s); after it the queue only drains."""
 
     def to_dict(self) -> dict[str, object]:
         return {
             "available": self.available,
             "error": self.error,
             "scrapes": self.scrapes,
+            "load_end_s": self.load_end_s,
             "gauges": {k: [list(p) for p in v] for k, v in self.gauges.items()},
             "counters": self.counters,
             "histograms": {
