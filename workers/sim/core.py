@@ -12,6 +12,14 @@ real-time HTTP server, so both see the same walls:
   its blocks are freed, its computed tokens reset, and it goes back to the front of the
   queue to be recomputed;
 * with prefix caching, full blocks are hashed by their token prefix and reused.
+
+Two bookkeeping modes give identical timings. The eager mode updates every scheduled
+request after every step (the real-time driver needs each request's tokens as they
+come). The lazy mode, for the virtual-time driver, leaves steady decoders untouched:
+a decoder emits one token per step, so its state is implied by the step counter, and
+only its events — needing a new KV block, finishing, being preempted — are visited,
+from a calendar keyed by step index. That keeps a step's cost independent of the batch
+size; ``tests/workers/sim/test_core.py`` holds the two modes to the same results.
 """
 
 from __future__ import annotations
@@ -73,6 +81,12 @@ class SimRequest:
     token_times: list[float] = field(default_factory=list)
     num_tokens: int = 0
     """Prompt plus output tokens so far (kept as a field: the scheduler reads it a lot)."""
+    seq: int = 0
+    """Admission order (renewed when a preempted request is re-admitted)."""
+    lazy_base_step: int = -1
+    """Lazy mode: the first step of its current steady decode run; -1 when not a decoder."""
+    lazy_epoch: int = 0
+    """Bumped whenever a decode run ends, so stale calendar entries are ignored."""
 
     def __post_init__(self) -> None:
         self.num_tokens = len(self.prompt_ids) + self.num_output
@@ -94,11 +108,9 @@ class SimRequest:
         prompt = self.prompt_ids
         if stop <= len(prompt):
             return tuple(prompt[start:stop])
-        table = tokenizer.output_id_table(vocab_size)
-        key, n = self.key, len(prompt)
-        head = prompt[start:n] if start < n else []
-        return (*head, *(table[tokenizer.output_word_index(key, p - n)]
-                         for p in range(max(start, n), stop)))
+        n = len(prompt)
+        tail = tokenizer.output_token_ids(self.key, max(start, n) - n, stop - n, vocab_size)
+        return (*prompt[start:n], *tail) if start < n else tail
 
     def output_words(self, start: int, stop: int) -> list[str]:
         return [tokenizer.output_word(self.key, i) for i in range(start, stop)]
@@ -145,15 +157,17 @@ class BlockPool:
         return 1.0 - len(self.free) / self.num_blocks
 
     def take(self, n: int) -> list[int]:
+        """Hand out ``n`` free blocks, least recently freed first, evicting their hashes."""
         out = []
+        free, block_hash, ref_count = self.free, self.block_hash, self.ref_count
         for _ in range(n):
-            block, _ = self.free.popitem(last=False)
-            h = self.block_hash[block]
+            block = free.popitem(last=False)[0]
+            h = block_hash[block]
             if h is not None:
                 if self.cached.get(h) == block:
                     del self.cached[h]
-                self.block_hash[block] = None
-            self.ref_count[block] = 1
+                block_hash[block] = None
+            ref_count[block] = 1
             out.append(block)
         return out
 
@@ -188,7 +202,7 @@ class EngineCore:
     """One simulated engine: waiting queue, running batch, KV pool, cost model, stats."""
 
     def __init__(self, config: EngineConfig, cost_model: CostModel | None = None,
-                 plan: MemoryPlan | None = None) -> None:
+                 plan: MemoryPlan | None = None, *, lazy_decode: bool = False) -> None:
         self.config = config
         self.plan = plan or plan_memory(config)
         self.cost_model = cost_model or make_cost_model(config.cost_model, config.hardware)
@@ -206,6 +220,16 @@ class EngineCore:
         self.spec_tokens = spec.num_speculative_tokens if spec else 0
         self.spec_acceptance = spec.acceptance_rate if spec else 0.0
         self.spec_draft_cost = spec.draft_cost_fraction if spec else 0.0
+        # Lazy decode bookkeeping (see the module docstring); off under speculative decoding,
+        # where a decoder's tokens per step are random.
+        self.lazy = lazy_decode and not spec
+        self.decoders: dict[SimRequest, None] = {}
+        self.step_ends: list[float] = []
+        self.block_due: dict[int, list[tuple[SimRequest, int]]] = {}
+        self.finish_due: dict[int, list[tuple[SimRequest, int]]] = {}
+        self.lazy_context = 0
+        """Σ over lazy decoders of the context they attend to in the coming step."""
+        self._admissions = 0
 
     # ---- requests ---------------------------------------------------------------------
 
@@ -260,17 +284,29 @@ class EngineCore:
         req = self.requests.get(request_id)
         if req is None or req.finished:
             return
-        if req in self.running:
+        if req in self.decoders:
+            self._leave_decode(req, self.num_steps)
+        elif req in self.running:
             self.running.remove(req)
         elif req in self.waiting:
             self.waiting.remove(req)
         self._finish(req, now, "abort")
 
     def has_work(self) -> bool:
-        return bool(self.running or self.waiting)
+        return bool(self.running or self.waiting or self.decoders)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running) + len(self.decoders)
 
     def gauges(self) -> Gauges:
-        return Gauges(len(self.running), len(self.waiting), self.pool.usage)
+        return Gauges(self.num_running, len(self.waiting), self.pool.usage)
+
+    def flush(self) -> None:
+        """Bring every lazy decoder's fields up to date (after a run that stopped early)."""
+        for req in list(self.decoders):
+            self._leave_decode(req, self.num_steps)
+            self.running.append(req)
 
     def reset_prefix_cache(self) -> bool:
         return self.pool.reset()
@@ -278,11 +314,28 @@ class EngineCore:
     # ---- KV cache ---------------------------------------------------------------------
 
     def _hash_blocks(self, req: SimRequest, num_full_blocks: int) -> None:
+        """Extend the request's chain of block hashes (each covers its whole prefix)."""
         bs, hashes = self.block_size, req.block_hashes
         parent = hashes[-1] if hashes else 0
-        for i in range(len(hashes), num_full_blocks):
-            start = i * bs
-            parent = hash((parent, req.token_ids(start, start + bs, self.vocab)))
+        first = len(hashes)
+        prompt = req.prompt_ids
+        # Blocks wholly inside the prompt hash straight from its slice (the common case).
+        prompt_blocks = min(num_full_blocks, len(prompt) // bs)
+        for start in range(first * bs, prompt_blocks * bs, bs):
+            parent = hash((parent, tuple(prompt[start:start + bs])))
+            hashes.append(parent)
+        if num_full_blocks <= prompt_blocks:
+            return
+        key, n, vocab = req.key, len(prompt), self.vocab
+        walk = tokenizer.output_id_walk(vocab)
+        offset = tokenizer.output_start(key) - n
+        for start in range(max(first, prompt_blocks) * bs, num_full_blocks * bs, bs):
+            if start >= n:  # wholly generated: one slice of the word walk
+                first_word = (offset + start) % tokenizer.VOCAB_WORDS
+                chunk = walk[first_word:first_word + bs]
+            else:
+                chunk = req.token_ids(start, start + bs, vocab)
+            parent = hash((parent, chunk))
             hashes.append(parent)
 
     def _cached_prefix(self, req: SimRequest) -> list[int]:
@@ -315,11 +368,19 @@ class EngineCore:
 
     def _cache_full_blocks(self, req: SimRequest) -> None:
         full = min(req.num_computed // self.block_size, len(req.block_ids))
-        if full <= req.num_cached_blocks:
-            return
+        if full > req.num_cached_blocks:
+            self._register_full_blocks(req, full)
+
+    def _register_full_blocks(self, req: SimRequest, full: int) -> None:
+        """Hash the request's first ``full`` blocks and index the new ones for reuse."""
         self._hash_blocks(req, full)
+        cached, block_hash = self.pool.cached, self.pool.block_hash
+        hashes, blocks = req.block_hashes, req.block_ids
         for i in range(req.num_cached_blocks, full):
-            self.pool.register(req.block_ids[i], req.block_hashes[i])
+            h = hashes[i]
+            if h not in cached:  # BlockPool.register, inlined: once per block
+                cached[h] = blocks[i]
+                block_hash[blocks[i]] = h
         req.num_cached_blocks = full
 
     def _free(self, req: SimRequest) -> None:
@@ -339,7 +400,7 @@ class EngineCore:
 
     def step(self, now: float) -> StepResult | None:
         """Schedule and run one step starting at engine time ``now``; None when idle."""
-        if not self.running and not self.waiting:
+        if not self.running and not self.waiting and not self.decoders:
             return None
         cfg = self.config
         budget = cfg.max_num_batched_tokens
@@ -347,6 +408,11 @@ class EngineCore:
         preempted: list[SimRequest] = []
         spec = self.spec_tokens
         max_len = cfg.max_model_len
+
+        if self.decoders:
+            # Decoders come first in the running order; each takes one token of budget.
+            self._lazy_block_events(preempted)
+            budget -= len(self.decoders)
 
         i = 0
         running = self.running
@@ -362,8 +428,7 @@ class EngineCore:
                 i += 1
                 continue
             while not self._allocate(req, n):
-                victim = running.pop()
-                self._preempt(victim)
+                victim = self._preempt_tail()
                 preempted.append(victim)
                 if victim is req:
                     break
@@ -375,15 +440,109 @@ class EngineCore:
         if not preempted:
             self._admit_waiting(now, budget, scheduled)
 
-        if not scheduled:
+        if not scheduled and not self.decoders:
             return None
         return self._execute(now, scheduled, preempted)
+
+    def _preempt_tail(self) -> SimRequest:
+        """Preempt the most recently admitted running request (the tail of the order)."""
+        if self.running:
+            victim = self.running.pop()
+        else:
+            victim = next(reversed(self.decoders))
+            self._leave_decode(victim, self.num_steps)
+        self._preempt(victim)
+        return victim
+
+    def _lazy_block_events(self, preempted: list[SimRequest]) -> None:
+        """Give this step's decoders that cross into a new block their block (or preempt)."""
+        step = self.num_steps
+        due = self.block_due.pop(step, None)
+        if not due:
+            return
+        due.sort(key=lambda entry: entry[0].seq)
+        caching = self.config.enable_prefix_caching
+        pool, decoders = self.pool, self.decoders
+        free, block_hash, ref_count, cached = pool.free, pool.block_hash, pool.ref_count, \
+            pool.cached
+        bs = self.block_size
+        next_due = self.block_due.setdefault(step + bs, [])
+        walk, words = tokenizer.output_id_walk(self.vocab), tokenizer.VOCAB_WORDS
+        for req, epoch in due:
+            if req.lazy_epoch != epoch or req not in decoders:
+                continue  # preempted (or finished) since the entry was made
+            blocks = req.block_ids
+            # Every block it holds is full now; the eager mode cached them as they filled.
+            held = len(blocks)
+            if caching and held > req.num_cached_blocks:
+                hashes = req.block_hashes
+                start = (held - 1) * bs
+                if req.num_cached_blocks == len(hashes) == held - 1 and start >= len(
+                        req.prompt_ids):
+                    # One wholly generated block: _register_full_blocks, inlined.
+                    first = (req.key % words - len(req.prompt_ids) + start) % words
+                    h = hash((hashes[-1] if hashes else 0, walk[first:first + bs]))
+                    hashes.append(h)
+                    if h not in cached:
+                        cached[h] = blocks[-1]
+                        block_hash[blocks[-1]] = h
+                    req.num_cached_blocks = held
+                else:
+                    self._register_full_blocks(req, held)
+            while not free:
+                victim = self._preempt_tail()
+                preempted.append(victim)
+                if victim is req:
+                    break
+            else:
+                # BlockPool.take(1), inlined: this runs once per generated block.
+                block = free.popitem(last=False)[0]
+                h = block_hash[block]
+                if h is not None:
+                    if cached.get(h) == block:
+                        del cached[h]
+                    block_hash[block] = None
+                ref_count[block] = 1
+                blocks.append(block)
+                next_due.append((req, epoch))
+
+    def _enter_decode(self, req: SimRequest, next_step: int) -> None:
+        """Lazy mode: from ``next_step`` on, the request decodes one token per step."""
+        req.lazy_base_step = next_step
+        self.decoders[req] = None
+        self.lazy_context += req.num_computed + 1
+        capacity = len(req.block_ids) * self.block_size
+        self.block_due.setdefault(next_step + capacity - req.num_computed, []).append(
+            (req, req.lazy_epoch))
+        last = next_step + req.target_output - req.num_output - 1
+        self.finish_due.setdefault(last, []).append((req, req.lazy_epoch))
+
+    def _sync_decoder(self, req: SimRequest, upto_step: int) -> None:
+        """Apply the lazy steps ``lazy_base_step .. upto_step - 1`` to the request's fields."""
+        done = upto_step - req.lazy_base_step
+        if done <= 0:
+            return
+        base = req.lazy_base_step
+        req.num_output += done
+        req.num_tokens += done
+        req.num_computed += done
+        req.token_times.extend(self.step_ends[base:upto_step])
+        req.last_token_time = self.step_ends[upto_step - 1]
+        req.lazy_base_step = upto_step
+
+    def _leave_decode(self, req: SimRequest, upto_step: int) -> None:
+        """End a lazy decode run after ``upto_step - 1``; fields become exact again."""
+        self.lazy_context -= req.num_computed + 1 + (upto_step - req.lazy_base_step)
+        self._sync_decoder(req, upto_step)
+        del self.decoders[req]
+        req.lazy_base_step = -1
+        req.lazy_epoch += 1
 
     def _admit_waiting(self, now: float, budget: int,
                        scheduled: list[tuple[SimRequest, int]]) -> None:
         cfg = self.config
         waiting, running = self.waiting, self.running
-        while waiting and budget > 0 and len(running) < cfg.max_num_seqs:
+        while waiting and budget > 0 and len(running) + len(self.decoders) < cfg.max_num_seqs:
             req = waiting[0]
             if req.arrival_time > now:
                 break  # the real-time driver can run behind the wall clock: not here yet
@@ -407,6 +566,8 @@ class EngineCore:
             waiting.popleft()
             req.num_computed = computed
             req.status = RequestStatus.RUNNING
+            self._admissions += 1
+            req.seq = self._admissions
             if req.first_scheduled_time is None:
                 req.first_scheduled_time = now
             running.append(req)
@@ -429,7 +590,8 @@ class EngineCore:
         return StepShape(
             prefill_tokens=prefill_tokens, prefill_seqs=prefill_seqs,
             prefill_attention_pairs=pairs, prefill_context=prefill_context,
-            decode_seqs=decode_seqs, decode_context=decode_context,
+            decode_seqs=decode_seqs + len(self.decoders),
+            decode_context=decode_context + self.lazy_context,
             decode_query_tokens=1 + self.spec_tokens,
         )
 
@@ -452,17 +614,23 @@ class EngineCore:
         if noise > 0:
             duration *= math.exp(self.rng.gauss(0.0, noise) - noise * noise / 2)
         end = now + duration
+        step = self.num_steps
         self.num_steps += 1
         stats = self.stats
         stats.iteration_tokens.observe(tokens)
+        finished: list[SimRequest] = []
+        if self.lazy:
+            self.step_ends.append(end)
+            if self.decoders:
+                self._lazy_execute(step, end, finished)
 
         new_tokens: list[tuple[SimRequest, int]] = []
-        finished: list[SimRequest] = []
         max_len = self.config.max_model_len
         caching = self.config.enable_prefix_caching
         itl = stats.inter_token_latency
         itl_bounds, itl_counts = itl.bounds, itl.counts
         bs = self.block_size
+        lazified: list[SimRequest] = []
         for req, n in scheduled:
             decoding = req.num_output > 0 and req.num_computed + 1 == req.num_tokens
             req.num_computed += n
@@ -500,14 +668,44 @@ class EngineCore:
             new_tokens.append((req, produced))
             if req.num_output >= req.target_output or req.num_tokens >= max_len:
                 finished.append(req)
-        if finished:
-            done = set(map(id, finished))
+            elif self.lazy:
+                lazified.append(req)
+        if finished or lazified:
+            done = set(map(id, finished)) | set(map(id, lazified))
             self.running = [r for r in self.running if id(r) not in done]
+            for req in lazified:
+                self._enter_decode(req, step + 1)
+        if finished:
             for req in finished:
                 reason = "length" if req.num_output >= req.max_tokens or \
                     req.num_tokens >= max_len else "stop"
                 self._finish(req, end, reason)
         return StepResult(now, duration, shape, cost, new_tokens, finished, preempted)
+
+    def _lazy_execute(self, step: int, end: float, finished: list[SimRequest]) -> None:
+        """Account one step of every lazy decoder: a token each, then who finishes."""
+        decoders = len(self.decoders)
+        stats = self.stats
+        stats.generation_tokens += decoders
+        # Every decoder's previous token came at the previous step's end.
+        gap = end - self.step_ends[step - 1]
+        itl = stats.inter_token_latency
+        itl.counts[bisect_left(itl.bounds, gap)] += decoders
+        itl.total += gap * decoders
+        itl.count += decoders
+        # Contexts grow by one token for the next step; finishers then leave with theirs.
+        self.lazy_context += decoders
+        due = self.finish_due.pop(step, None)
+        if due:
+            due.sort(key=lambda entry: entry[0].seq)
+            caching = self.config.enable_prefix_caching
+            for req, epoch in due:
+                if req.lazy_epoch != epoch or req not in self.decoders:
+                    continue
+                self._leave_decode(req, step + 1)
+                if caching:
+                    self._cache_full_blocks(req)
+                finished.append(req)
 
     def _accepted_drafts(self) -> int:
         accepted = 0

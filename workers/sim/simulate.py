@@ -118,13 +118,13 @@ def _timing(req: SimRequest) -> RequestTiming:
 
 
 def simulate(config: EngineConfig, requests: Sequence[SimRequestSpec], *,
-             cost_model: CostModel | None = None) -> SimulationResult:
+             cost_model: CostModel | None = None, lazy_decode: bool = True) -> SimulationResult:
     """Run ``requests`` through a fresh engine in virtual time.
 
     Deterministic: the same config (seed, noise) and requests give identical timings.
     Raises :class:`~workers.sim.core.RequestRejected` for a request vLLM would refuse.
     """
-    core = EngineCore(config, cost_model)
+    core = EngineCore(config, cost_model, lazy_decode=lazy_decode)
     order = sorted(range(len(requests)), key=lambda i: requests[i].arrival_time)
     tracked: list[SimRequest] = []
     series = MetricSeries()
@@ -148,6 +148,7 @@ def simulate(config: EngineConfig, requests: Sequence[SimRequestSpec], *,
             result = core.step(now)
         except EngineCrashed as exc:
             crashed = str(exc)
+            core.flush()
             break
         if result is None:  # pragma: no cover - the memory plan guarantees one request fits
             raise RuntimeError("engine stalled with work queued")

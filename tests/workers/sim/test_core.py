@@ -11,6 +11,7 @@ import dataclasses
 import pytest
 
 from tests.workers.sim.loads import itls, pct, poisson_load, throughput, tpots, ttfts
+from workers.sim import tokenizer
 from workers.sim.config import build_config
 from workers.sim.core import EngineCore, RequestRejected
 from workers.sim.simulate import SimRequestSpec, simulate
@@ -195,3 +196,45 @@ def test_queue_grows_past_the_knee() -> None:
     assert max(below.series.num_requests_waiting) < 10
     assert max(above.series.num_requests_waiting) > 100
     assert pct(ttfts(above), 99) > 10 * pct(ttfts(below), 99)
+
+
+@pytest.mark.parametrize(("label", "kwargs", "load"), [
+    ("seed lab, KV-bound", {}, poisson_load(500, 25.0, 512, 128, seed=20)),
+    ("preemption storm", {"max_num_seqs": 256}, poisson_load(300, INF, 512, 512, seed=21)),
+    ("shared prefix", {"quantization": "fp8"},
+     poisson_load(200, 8.0, 1024, 64, seed=22, prefix=list(range(768)))),
+    ("long prompts, small budget", {"max_num_batched_tokens": 512, "max_num_seqs": 128},
+     poisson_load(60, 2.0, 3000, 200, seed=23)),
+    ("chunked prefill off", {"enable_chunked_prefill": False, "max_model_len": 4096},
+     poisson_load(100, 6.0, 2000, 100, seed=24)),
+    ("noisy", {"sim_noise": 0.1, "quantization": "fp8"}, poisson_load(200, 15.0, 512, 96)),
+])
+def test_lazy_decode_bookkeeping_matches_the_eager_mode_exactly(
+        label: str, kwargs: dict[str, object], load: list[SimRequestSpec]) -> None:
+    cfg = build_config(QWEN7B, sim_gpu="rtx4090", **kwargs)  # type: ignore[arg-type]
+    lazy = simulate(cfg, load, lazy_decode=True)
+    eager = simulate(cfg, load, lazy_decode=False)
+    assert lazy.requests == eager.requests, label
+    assert lazy.series == eager.series
+    assert lazy.num_steps == eager.num_steps
+    for field in ("num_preemptions", "prompt_tokens", "generation_tokens",
+                  "prefix_cache_queries", "prefix_cache_hits", "requests_finished"):
+        assert getattr(lazy.stats, field) == getattr(eager.stats, field), field
+    assert lazy.stats.inter_token_latency.counts == eager.stats.inter_token_latency.counts
+    assert lazy.stats.inter_token_latency.total == pytest.approx(
+        eager.stats.inter_token_latency.total)
+
+
+@pytest.mark.parametrize("lazy", [True, False])
+def test_a_prompt_that_quotes_an_answer_reuses_the_answers_blocks(lazy: bool) -> None:
+    """Multi-turn chat: generated blocks are cached under the ids of the words produced."""
+    cfg = build_config(QWEN7B, sim_gpu="h100-sxm")
+    first_prompt = list(range(5000, 5000 + 200))
+    key = tokenizer.request_key(first_prompt, cfg.seed)
+    answer = " ".join(tokenizer.output_word(key, i) for i in range(96))
+    second_prompt = first_prompt + tokenizer.encode(answer, cfg.model.vocab_size) + [7, 8, 9]
+    result = simulate(cfg, [SimRequestSpec(0.0, first_prompt, 96),
+                            SimRequestSpec(30.0, second_prompt, 8)], lazy_decode=lazy)
+    second = next(r for r in result.requests if r.prompt_tokens == len(second_prompt))
+    # Every full block of prompt + answer, i.e. (200 + 96) // 16 blocks, is a hit.
+    assert second.num_cached_tokens == (200 + 96) // 16 * 16
