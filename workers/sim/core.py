@@ -481,11 +481,11 @@ class EngineCore:
                         req.prompt_ids):
                     # One wholly generated block: _register_full_blocks, inlined.
                     first = (req.key % words - len(req.prompt_ids) + start) % words
-                    h = hash((hashes[-1] if hashes else 0, walk[first:first + bs]))
-                    hashes.append(h)
-                    if h not in cached:
-                        cached[h] = blocks[-1]
-                        block_hash[blocks[-1]] = h
+                    new_hash = hash((hashes[-1] if hashes else 0, walk[first:first + bs]))
+                    hashes.append(new_hash)
+                    if new_hash not in cached:
+                        cached[new_hash] = blocks[-1]
+                        block_hash[blocks[-1]] = new_hash
                     req.num_cached_blocks = held
                 else:
                     self._register_full_blocks(req, held)
@@ -497,10 +497,10 @@ class EngineCore:
             else:
                 # BlockPool.take(1), inlined: this runs once per generated block.
                 block = free.popitem(last=False)[0]
-                h = block_hash[block]
-                if h is not None:
-                    if cached.get(h) == block:
-                        del cached[h]
+                evicted = block_hash[block]
+                if evicted is not None:
+                    if cached.get(evicted) == block:
+                        del cached[evicted]
                     block_hash[block] = None
                 ref_count[block] = 1
                 blocks.append(block)
