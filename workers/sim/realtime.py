@@ -24,6 +24,9 @@ from workers.sim.core import EngineCore, EngineCrashed, SimRequest
 
 log = logging.getLogger("workers.sim")
 
+SPIN_S = 0.001
+"""How close to a step's end the driver stops sleeping and starts yielding instead."""
+
 
 @dataclass(frozen=True, slots=True)
 class TokenEvent:
@@ -117,7 +120,9 @@ class RealTimeEngine:
                 continue
             target = self._t0 + result.end_time / self.scale
             while (remaining := target - time.perf_counter()) > 0:
-                await asyncio.sleep(remaining)
+                # The selector's timeout has millisecond granularity: sleep to just short of
+                # the target, then yield to the loop until it is reached.
+                await asyncio.sleep(remaining - SPIN_S if remaining > 2 * SPIN_S else 0)
             self.lags.append(time.perf_counter() - target)
             self._deliver(result.new_tokens, result.finished)
             busy_until = result.end_time

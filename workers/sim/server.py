@@ -285,16 +285,26 @@ class SimServer:
     async def _stream(self, handle: RequestHandle, request_id: str, *, chat: bool,
                       include_usage: bool) -> AsyncIterator[bytes]:
         engine = self._engine()
-        model = self.config.served_model_name
-        created = int(time.time())
-        obj = "chat.completion.chunk" if chat else "text_completion"
+        head = json.dumps({"id": request_id,
+                           "object": "chat.completion.chunk" if chat else "text_completion",
+                           "created": int(time.time()),
+                           "model": self.config.served_model_name},
+                          separators=(",", ":"))[:-1]
+        usage_tail = ',"usage":null}\n\n' if include_usage else "}\n\n"
+        # Chunks are a fixed template around the new text: this runs for every token of
+        # every stream, on the same event loop that keeps the engine's time.
+        if chat:
+            before, after = ',"choices":[{"index":0,"delta":{"content":', \
+                ',"logprobs":null,"finish_reason":'
+        else:
+            before, after = ',"choices":[{"index":0,"text":', \
+                ',"logprobs":null,"finish_reason":'
+        closing = ',"stop_reason":null}]' if not chat else "}]"
 
-        def chunk(choices: list[dict[str, Any]], usage: dict[str, int] | None = None) -> bytes:
-            payload = {"id": request_id, "object": obj, "created": created, "model": model,
-                       "choices": choices}
-            if include_usage:
-                payload["usage"] = usage
-            return f"data: {json.dumps(payload, separators=(',', ':'))}\n\n".encode()
+        def chunk(text: str, reason: str | None) -> bytes:
+            finish = "null" if reason is None else f'"{reason}"'
+            return f"data: {head}{before}{json.dumps(text)}" \
+                   f"{'}' if chat else ''}{after}{finish}{closing}{usage_tail}".encode()
 
         first = True
         try:
@@ -304,23 +314,17 @@ class SimServer:
                     message = engine.crashed or "engine failed"
                     yield f"data: {json.dumps({'error': {'message': message}})}\n\n".encode()
                     return
-                text = "".join(f" {w}" for w in event.words)
-                if chat:
-                    if first:
-                        yield chunk([{"index": 0, "delta": {"role": "assistant", "content": ""},
-                                      "logprobs": None, "finish_reason": None}])
-                    choice: dict[str, Any] = {"index": 0, "delta": {"content": text},
-                                              "logprobs": None,
-                                              "finish_reason": event.finish_reason}
-                else:
-                    choice = {"index": 0, "text": text, "logprobs": None,
-                              "finish_reason": event.finish_reason, "stop_reason": None}
+                if chat and first:
+                    yield (f"data: {head}"
+                           ',"choices":[{"index":0,"delta":{"role":"assistant","content":""},'
+                           f'"logprobs":null,"finish_reason":null}}]{usage_tail}').encode()
                 first = False
-                yield chunk([choice])
+                yield chunk("".join(f" {w}" for w in event.words), event.finish_reason)
                 if event.finish_reason is not None:
                     break
             if include_usage:
-                yield chunk([], self._usage(handle))
+                usage = json.dumps(self._usage(handle), separators=(",", ":"))
+                yield f'data: {head},"choices":[],"usage":{usage}}}\n\n'.encode()
             yield b"data: [DONE]\n\n"
         finally:
             # A client that hangs up mid-stream frees its KV blocks, as in vLLM.
