@@ -64,7 +64,7 @@ def test_human_table_shows_the_breakdown() -> None:
 
 
 def test_flags_move_the_step_time_the_right_way() -> None:
-    base = [LLAMA, "--sim-gpu", "h100", "--decode-seqs", "32", "--context-len", "4096"]
+    base = [LLAMA, "--sim-gpu", "h100", "--decode-seqs", "8", "--context-len", "4096"]
     plain = run_json(*base)["total_ms"]
     assert run_json(*base, "--quantization", "fp8")["total_ms"] < plain
     assert run_json(*base, "--kv-cache-dtype", "fp8")["total_ms"] < plain
@@ -104,3 +104,34 @@ def test_bad_input_exits_2_with_one_line(args: list[str], message: str) -> None:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(("gpu", "flags"), [
+    ("h100-sxm", []),
+    ("rtx4090", ["--quantization", "fp8", "--kv-cache-dtype", "fp8"]),
+])
+def test_the_command_and_the_scheduler_agree_on_the_same_shape(gpu: str,
+                                                                flags: list[str]) -> None:
+    """A lone 1024-token prefill, then the first decode step of 8 equal requests."""
+    from workers.sim.config import build_config
+    from workers.sim.simulate import SimRequestSpec, simulate
+
+    options = dict(zip(flags[::2], flags[1::2], strict=True))
+    config = build_config(LLAMA, sim_gpu=gpu, quantization=options.get("--quantization"),
+                          kv_cache_dtype=options.get("--kv-cache-dtype", "auto"))
+    lone = simulate(config, [SimRequestSpec(0.0, list(range(1024)), 4)])
+    prefill = run_json(LLAMA, "--sim-gpu", gpu, "--prefill-tokens", "1024", "--decode-seqs",
+                       "0", "--context-len", "0", *flags)
+    assert lone.requests[0].ttft == pytest.approx(prefill["total_ms"] / 1e3, rel=1e-9)
+
+    prompt_len = 200
+    batch = [SimRequestSpec(0.0, [i * 1000 + t for t in range(prompt_len)], 4)
+             for i in range(8)]
+    result = simulate(config, batch)
+    # Step 1 prefills all 8 prompts (1,600 tokens fit any default budget); step 2 decodes
+    # each with prompt_len + 1 tokens of context (its prompt and its first token).
+    first_gap = {r.token_times[1] - r.token_times[0] for r in result.requests}
+    assert len(first_gap) == 1
+    decode = run_json(LLAMA, "--sim-gpu", gpu, "--prefill-tokens", "0", "--decode-seqs", "8",
+                      "--context-len", str(prompt_len + 1), *flags)
+    assert first_gap.pop() == pytest.approx(decode["total_ms"] / 1e3, rel=1e-9)
