@@ -1,14 +1,16 @@
 """The contracts between slotune's control plane and its workers (pydantic, JSON-serialisable).
 
 :class:`Workload` says what traffic looks like (dataset + arrivals + counts + seed) and
-:class:`SLO` says what "fast enough" means. Both are stored as JSON and compared across
-runs, so they are strict: unknown fields are errors, and every error names its field.
+:class:`SLO` says what "fast enough" means. :class:`TrialSpec` is one configuration to
+boot and measure; :class:`TrialResult` is everything a trial learned, failures included.
+All are stored as JSON and compared across runs, so they are strict: unknown fields are
+errors, and every error names its field.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -20,7 +22,21 @@ from pydantic import (
 )
 
 __all__ = [
+    "FAILURE_CLASSES",
     "SLO",
+    "CapacityProbe",
+    "CapacitySearch",
+    "EngineFacts",
+    "EngineKind",
+    "FailureClass",
+    "KnobValue",
+    "ObjectiveMode",
+    "PhaseTimings",
+    "SimOptions",
+    "TrialResult",
+    "TrialSpec",
+    "TrialStatus",
+    "TrialTimeouts",
     "SLO_METRICS",
     "Arrivals",
     "DatasetConfig",
@@ -213,3 +229,160 @@ class SLO(_Strict):
     def __str__(self) -> str:
         targets = ", ".join(f"{k} ≤ {v:g} ms" for k, v in self.targets.items())
         return f"p{self.percentile:g} {targets}" if targets else "no SLO targets"
+
+
+# --- trials --------------------------------------------------------------------------------
+
+EngineKind = Literal["vllm", "sim"]
+ObjectiveMode = Literal["goodput", "capacity"]
+TrialStatus = Literal["ok", "infeasible", "failed"]
+FailureClass = Literal["invalid_config", "oom", "startup_timeout", "crashed",
+                       "benchmark_errors", "worker_lost"]
+FAILURE_CLASSES: tuple[FailureClass, ...] = ("invalid_config", "oom", "startup_timeout",
+                                             "crashed", "benchmark_errors", "worker_lost")
+KnobValue = bool | int | float | str | dict[str, Any] | None
+"""A knob's value: vLLM flag values, or a JSON object (``speculative_config``)."""
+
+
+class TrialTimeouts(_Strict):
+    """Wall-clock limits of one trial's phases, seconds."""
+
+    startup_s: float = Field(900.0, gt=0)
+    """Until ``/health`` answers 200 (vLLM with large models takes minutes)."""
+    measure_s: float = Field(3600.0, gt=0)
+    teardown_grace_s: float = Field(10.0, gt=0)
+    """Between SIGTERM and SIGKILL of the engine's process group."""
+
+
+class SimOptions(_Strict):
+    """Options of the simulated engine (``--sim-*`` flags); ignored by the vllm engine."""
+
+    gpu: str = "h100-sxm"
+    seed: int = 0
+    noise: float = Field(0.0, ge=0)
+    time_scale: float = Field(1.0, gt=0)
+    """The engine runs this much faster than real time; the load generator compensates."""
+    cost_model: str = "roofline"
+
+
+class CapacitySearch(_Strict):
+    """Capacity mode: the highest request rate at which the SLO gate holds."""
+
+    min_rate: float = Field(0.5, gt=0)
+    max_rate: float = Field(256.0, gt=0)
+    relative_tolerance: float = Field(0.05, gt=0, lt=1)
+    max_probes: int = Field(10, ge=2)
+    prompts_per_probe: int | None = Field(None, ge=1)
+    """Requests per probe (default: the workload's num_prompts)."""
+
+
+class TrialSpec(_Strict):
+    """One configuration to boot, warm up, measure against the SLO and tear down."""
+
+    trial_id: str = Field(min_length=1)
+    engine: EngineKind = "sim"
+    model: str = Field(min_length=1)
+    knobs: dict[str, KnobValue] = Field(default_factory=dict)
+    """The sampled knob values, by vLLM's argument name (``max_num_seqs``)."""
+    engine_args: dict[str, KnobValue] = Field(default_factory=dict)
+    """Fixed engine arguments of the space (not searched), same naming."""
+    allowed_extra_args: tuple[str, ...] = ()
+    """Argument names beyond the known vLLM flags that the space declares acceptable."""
+    workload: Workload
+    slo: SLO
+    mode: ObjectiveMode = "goodput"
+    capacity: CapacitySearch = Field(default_factory=CapacitySearch)
+    timeouts: TrialTimeouts = Field(default_factory=TrialTimeouts)
+    sim: SimOptions = Field(default_factory=SimOptions)
+    vllm_binary: str = "vllm"
+    env_passthrough: tuple[str, ...] = ("HF_HOME", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN",
+                                        "VLLM_LOGGING_LEVEL", "NCCL_DEBUG")
+    """Environment variables handed through to the engine (secrets are redacted in logs)."""
+    early_abort: bool = True
+    max_error_rate: float = Field(0.05, ge=0, le=1)
+    """Above this share of failed requests the trial is ``benchmark_errors``."""
+
+    @property
+    def engine_flags(self) -> dict[str, KnobValue]:
+        """Fixed arguments overridden by the sampled knobs."""
+        return {**self.engine_args, **self.knobs}
+
+    @property
+    def tensor_parallel_size(self) -> int:
+        value = self.engine_flags.get("tensor_parallel_size", 1)
+        return int(value) if isinstance(value, int | float | str) else 1
+
+
+class PhaseTimings(_Strict):
+    """Where a trial's wall time went, seconds (None: the phase did not run)."""
+
+    boot_s: float | None = None
+    warmup_s: float | None = None
+    measure_s: float | None = None
+    teardown_s: float | None = None
+    total_s: float = 0.0
+
+
+class EngineFacts(_Strict):
+    """What the engine said about itself (start-up log, /v1/models) and its GPUs."""
+
+    argv: tuple[str, ...] = ()
+    """The command line as run, secrets redacted."""
+    engine_version: str | None = None
+    gpu_name: str | None = None
+    gpu_memory_bytes: int | None = None
+    gpu_ids: tuple[str, ...] = ()
+    kv_cache_tokens: int | None = None
+    max_concurrency: float | None = None
+    startup_phases_s: dict[str, float] = Field(default_factory=dict)
+    """Phase → seconds where the log says so (weights loading, graph capturing)."""
+    resolved_config: dict[str, Any] = Field(default_factory=dict)
+
+
+class CapacityProbe(_Strict):
+    """One rate tried in capacity mode and what the gate said."""
+
+    request_rate: float
+    gate_passed: bool
+    request_goodput: float
+    ratios: dict[str, float] = Field(default_factory=dict)
+    """observed / target per SLO metric."""
+
+
+class TrialResult(_Strict):
+    """Everything one trial learned. ``objective`` is the number the search maximises."""
+
+    trial_id: str
+    status: TrialStatus
+    failure: FailureClass | None = None
+    failure_message: str | None = None
+    log_tail: str | None = None
+    objective: float = 0.0
+    """goodput mode: request_goodput when the gate holds, else 0; capacity: req/s."""
+    request_goodput: float | None = None
+    gate_passed: bool = False
+    constraints: dict[str, float] = Field(default_factory=dict)
+    """For Optuna: key → observed/target − 1 (≤ 0 feasible); ``fits`` for boot failures."""
+    slo_margins: dict[str, float] = Field(default_factory=dict)
+    """target − observed per SLO metric, ms (negative: broken)."""
+    headroom: float | None = None
+    """The worst observed/target ratio (smaller = more headroom): the tie-breaker."""
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    """The measurement, in ``vllm bench serve --save-result`` field names plus ours."""
+    diagnosis: dict[str, Any] | None = None
+    early_abort: str | None = None
+    capacity: float | None = None
+    capacity_probes: tuple[CapacityProbe, ...] = ()
+    engine: EngineFacts = Field(default_factory=EngineFacts)
+    timings: PhaseTimings = Field(default_factory=PhaseTimings)
+    violated_rule: str | None = None
+    """For ``infeasible``: the known constraint of the space that the config broke."""
+
+    @model_validator(mode="after")
+    def _failure_needs_a_class(self) -> TrialResult:
+        if self.status == "failed" and self.failure is None:
+            raise ValueError("a failed trial needs a failure class: "
+                             + ", ".join(FAILURE_CLASSES))
+        if self.status != "failed" and self.failure is not None:
+            raise ValueError(f"status {self.status!r} cannot carry failure {self.failure!r}")
+        return self
