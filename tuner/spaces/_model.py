@@ -1,0 +1,391 @@
+"""Search spaces: which engine flags to search, over which values, under which rules.
+
+A space is a YAML file (``search_spaces/*.yaml``) validated into :class:`SearchSpace`.
+Knobs are vLLM argument names; each has a type (``int``, ``float``, ``log``,
+``categorical``, ``bool``, ``values``) and an optional ``default`` — the engine's own
+default, which strategies try first. Rules are checked before anything boots: vLLM's
+two cross-knob checks are built in, the space adds its own.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import optuna
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from tuner.spaces._expr import Rule, RuleError
+from workers.contracts import (
+    SLO,
+    CapacitySearch,
+    EngineKind,
+    KnobValue,
+    ObjectiveMode,
+    SimOptions,
+    TrialSpec,
+    Workload,
+)
+from workers.loadgen.workload_files import WorkloadError, load_workload, parse_workload
+from workers.sim.catalog import GPUS, UnknownCatalogEntry, get_gpu
+
+__all__ = [
+    "BUILTIN_RULES",
+    "KNOB_TYPES",
+    "Knob",
+    "SearchSpace",
+    "SpaceError",
+    "load_space",
+    "parse_space",
+]
+
+KNOB_TYPES = ("int", "float", "log", "categorical", "bool", "values")
+
+BUILTIN_RULES: tuple[str, ...] = (
+    "max_num_batched_tokens >= max_num_seqs",
+    "enable_chunked_prefill or max_num_batched_tokens >= max_model_len",
+)
+"""vLLM's own cross-knob checks (SchedulerConfig): a config breaking one never boots."""
+
+# vLLM's defaults for the names the built-in rules read, when neither knob nor fixed sets them.
+_ENGINE_DEFAULTS: dict[str, KnobValue] = {"enable_chunked_prefill": True}
+
+
+class SpaceError(ValueError):
+    """A space file that cannot be used; the message names the file and the field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _KnobBase(_Strict):
+    default: KnobValue = None
+    """The engine's default (tried first). None: the knob has no default to enqueue."""
+    description: str = ""
+
+
+class IntKnob(_KnobBase):
+    type: Literal["int"]
+    low: int
+    high: int
+    step: int = Field(1, ge=1)
+
+
+class FloatKnob(_KnobBase):
+    type: Literal["float"]
+    low: float
+    high: float
+    step: float | None = Field(None, gt=0)
+
+
+class LogKnob(_KnobBase):
+    """Log-uniform; integer-valued when ``low`` and ``high`` are both integers."""
+
+    type: Literal["log"]
+    low: float = Field(gt=0)
+    high: float = Field(gt=0)
+    integer: bool = False
+
+
+class CategoricalKnob(_KnobBase):
+    type: Literal["categorical"]
+    choices: tuple[KnobValue, ...] = Field(min_length=1)
+
+
+class BoolKnob(_KnobBase):
+    type: Literal["bool"]
+
+
+class ValuesKnob(_KnobBase):
+    """An explicit, ordered list of values (the grid a person would write by hand)."""
+
+    type: Literal["values"]
+    values: tuple[KnobValue, ...] = Field(min_length=1)
+
+
+Knob = Annotated[
+    IntKnob | FloatKnob | LogKnob | CategoricalKnob | BoolKnob | ValuesKnob,
+    Field(discriminator="type"),
+]
+
+
+def _check_range(name: str, knob: Knob) -> None:
+    if isinstance(knob, IntKnob | FloatKnob | LogKnob) and knob.low > knob.high:
+        raise ValueError(f"knob {name!r}: low ({knob.low}) must be <= high ({knob.high})")
+
+
+def knob_choices(knob: Knob) -> list[KnobValue] | None:
+    """Every value of a finite knob in its natural order, or None for a continuous one."""
+    if isinstance(knob, ValuesKnob):
+        return list(knob.values)
+    if isinstance(knob, CategoricalKnob):
+        return list(knob.choices)
+    if isinstance(knob, BoolKnob):
+        return [False, True]
+    if isinstance(knob, IntKnob):
+        return list(range(knob.low, knob.high + 1, knob.step))
+    if isinstance(knob, FloatKnob) and knob.step is not None:
+        n = math.floor((knob.high - knob.low) / knob.step + 1e-9)
+        return [round(knob.low + i * knob.step, 10) for i in range(n + 1)]
+    if isinstance(knob, LogKnob) and knob.integer:
+        low, high = int(knob.low), int(knob.high)
+        out: list[KnobValue] = []
+        v = low
+        while v <= high:  # powers of two from low: how people sweep batch-like knobs
+            out.append(v)
+            v *= 2
+        return out
+    return None
+
+
+def distribution(knob: Knob) -> optuna.distributions.BaseDistribution:
+    """The Optuna distribution of a knob."""
+    d = optuna.distributions
+    if isinstance(knob, IntKnob):
+        return d.IntDistribution(knob.low, knob.high, step=knob.step)
+    if isinstance(knob, FloatKnob):
+        return d.FloatDistribution(knob.low, knob.high, step=knob.step)
+    if isinstance(knob, LogKnob):
+        if knob.integer:
+            return d.IntDistribution(int(knob.low), int(knob.high), log=True)
+        return d.FloatDistribution(knob.low, knob.high, log=True)
+    choices = knob_choices(knob)
+    assert choices is not None
+    return d.CategoricalDistribution(choices)  # type: ignore[arg-type]
+
+
+class SearchSpace(_Strict):
+    """One search space: engine, model, GPU, fixed args, knobs, rules and defaults."""
+
+    name: str = Field(min_length=1)
+    description: str = ""
+    engine: EngineKind = "sim"
+    model: str = Field(min_length=1)
+    gpu: str = "h100-sxm"
+    """A simulated GPU name (the sim engine's ``--sim-gpu``; the GPU kind for vllm)."""
+    fixed: dict[str, KnobValue] = Field(default_factory=dict)
+    knobs: dict[str, Knob] = Field(min_length=1)
+    constraints: tuple[str, ...] = ()
+    allowed_extra_args: tuple[str, ...] = ()
+    workload: str | Workload = "lab"
+    slo: str | SLO = "ttft:300,tpot:50"
+    mode: ObjectiveMode = "goodput"
+    capacity: CapacitySearch = Field(default_factory=CapacitySearch)
+    sim: SimOptions | None = None
+
+    _rules: tuple[Rule, ...] = PrivateAttr(default=())
+
+    @field_validator("gpu")
+    @classmethod
+    def _known_gpu(cls, value: str) -> str:
+        try:
+            return get_gpu(value).name
+        except UnknownCatalogEntry:
+            raise ValueError(f"unknown GPU {value!r}; valid: {', '.join(sorted(GPUS))}") from None
+
+    @field_validator("workload", mode="before")
+    @classmethod
+    def _inline_workload(cls, value: object) -> object:
+        if isinstance(value, dict):
+            try:
+                return parse_workload(value, "workload")
+            except WorkloadError as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
+    @field_validator("slo", mode="before")
+    @classmethod
+    def _slo_text(cls, value: object) -> object:
+        if isinstance(value, str):
+            SLO.parse(value)  # fail at load time, with SLO.parse's own message
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SearchSpace:
+        for name, knob in self.knobs.items():
+            _check_range(name, knob)
+            if name in self.fixed:
+                raise ValueError(f"{name!r} is both a knob and a fixed argument; keep one")
+        known = set(self.knobs) | set(self.fixed) | set(_ENGINE_DEFAULTS)
+        known |= {"max_num_seqs", "max_num_batched_tokens", "max_model_len"}
+        try:
+            rules = [Rule.parse(t, known) for t in (*BUILTIN_RULES, *self.constraints)]
+        except RuleError as exc:
+            raise ValueError(str(exc)) from None
+        self._rules = tuple(rules)
+        return self
+
+    # --- the space ---------------------------------------------------------------------
+
+    @property
+    def rules(self) -> tuple[str, ...]:
+        """Every rule checked before boot: vLLM's built-in ones, then the space's."""
+        return tuple(r.text for r in self._rules)
+
+    def distributions(self) -> dict[str, optuna.distributions.BaseDistribution]:
+        return {name: distribution(knob) for name, knob in self.knobs.items()}
+
+    def defaults(self) -> dict[str, KnobValue]:
+        """The engine's defaults for every knob that declares one (the baseline config).
+
+        A knob without a default takes its first value (finite) or its low end.
+        """
+        out: dict[str, KnobValue] = {}
+        for name, knob in self.knobs.items():
+            if "default" in knob.model_fields_set:
+                out[name] = knob.default
+            else:
+                choices = knob_choices(knob)
+                out[name] = choices[0] if choices else knob.low  # type: ignore[union-attr]
+        return out
+
+    def choices(self, name: str) -> list[KnobValue] | None:
+        """The values of one knob in order, or None when it is continuous."""
+        return knob_choices(self.knobs[name])
+
+    def is_finite(self) -> bool:
+        return all(knob_choices(k) is not None for k in self.knobs.values())
+
+    def grid(self) -> Iterator[dict[str, KnobValue]]:
+        """Every configuration in the natural order (last knob fastest), as auto_tune does."""
+        lists = []
+        for name, knob in self.knobs.items():
+            values = knob_choices(knob)
+            if values is None:
+                raise SpaceError(
+                    f"space {self.name!r}: knob {name!r} is continuous ({knob.type} without "
+                    "a step); a grid needs every knob finite (values, categorical, bool, int, "
+                    "float with step, log with integer: true)"
+                )
+            lists.append(values)
+        for combo in itertools.product(*lists):
+            yield dict(zip(self.knobs, combo, strict=True))
+
+    def grid_size(self) -> int:
+        return math.prod(len(knob_choices(k) or ()) for k in self.knobs.values())
+
+    def engine_values(self, params: Mapping[str, KnobValue]) -> dict[str, KnobValue]:
+        """What the engine would run with: vLLM defaults < fixed args < sampled knobs."""
+        return {**_ENGINE_DEFAULTS, **self.fixed, **params}
+
+    def check(self, params: Mapping[str, KnobValue]) -> str | None:
+        """The text of the first rule ``params`` break, or None when all hold.
+
+        A rule over an argument left to the engine's default (e.g. ``max_model_len``
+        unset) cannot be decided here and holds; the engine's own check still applies.
+        """
+        values = self.engine_values(params)
+        for rule in self._rules:
+            if not rule.holds(values):
+                return rule.text
+        return None
+
+    # --- trial specs -------------------------------------------------------------------
+
+    def resolve_workload(self, workload: Workload | str | None = None) -> Workload:
+        chosen = self.workload if workload is None else workload
+        if isinstance(chosen, Workload):
+            return chosen
+        return load_workload(chosen)[0]
+
+    def resolve_slo(self, slo: SLO | str | None = None) -> SLO:
+        chosen = self.slo if slo is None else slo
+        return chosen if isinstance(chosen, SLO) else SLO.parse(chosen)
+
+    def to_trial_spec(
+        self,
+        params: Mapping[str, KnobValue],
+        trial_id: str,
+        workload: Workload | str | None = None,
+        slo: SLO | str | None = None,
+        mode: ObjectiveMode | None = None,
+        *,
+        sim: SimOptions | None = None,
+        capacity: CapacitySearch | None = None,
+        **overrides: Any,
+    ) -> TrialSpec:
+        """A :class:`TrialSpec` for ``params`` (knob values) with this space's fixed args.
+
+        ``workload``/``slo``/``mode`` default to the space's; ``overrides`` go to the
+        TrialSpec as is (timeouts, early_abort, …).
+        """
+        unknown = set(params) - set(self.knobs)
+        if unknown:
+            raise SpaceError(
+                f"space {self.name!r}: {', '.join(sorted(unknown))} is not a knob; "
+                f"valid: {', '.join(self.knobs)}"
+            )
+        base_sim = sim or self.sim or SimOptions()
+        return TrialSpec(
+            trial_id=trial_id,
+            engine=self.engine,
+            model=self.model,
+            knobs=dict(params),
+            engine_args=dict(self.fixed),
+            allowed_extra_args=self.allowed_extra_args,
+            workload=self.resolve_workload(workload),
+            slo=self.resolve_slo(slo),
+            mode=mode or self.mode,
+            capacity=capacity or self.capacity,
+            sim=base_sim.model_copy(update={"gpu": self.gpu}),
+            **overrides,
+        )
+
+
+# --- loading -----------------------------------------------------------------------------
+
+
+def _format(exc: ValidationError, where: str) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        msg = err["msg"]
+        if err["type"] == "union_tag_invalid":
+            msg = f"unknown knob type; valid: {', '.join(KNOB_TYPES)}"
+        elif err["type"] == "union_tag_not_found":
+            msg = f"a knob needs 'type' (one of {', '.join(KNOB_TYPES)})"
+        lines.append(f"{where}: {loc}: {msg}")
+    return "\n".join(lines)
+
+
+def parse_space(data: Any, where: str = "space") -> SearchSpace:
+    """Validate loaded YAML data; errors name ``where`` and the field."""
+    if not isinstance(data, dict):
+        raise SpaceError(f"{where}: a search space is a mapping of fields, "
+                         f"got {type(data).__name__}")
+    try:
+        return SearchSpace.model_validate(data)
+    except ValidationError as exc:
+        raise SpaceError(_format(exc, where)) from None
+
+
+def load_space(name_or_path: str | Path, folder: Path | None = None) -> SearchSpace:
+    """A space by file path, or by name from ``search_spaces/`` (``lab`` → ``lab.yaml``)."""
+    path = Path(name_or_path)
+    if not path.suffix and not path.exists():
+        base = folder or Path(__file__).resolve().parents[2] / "search_spaces"
+        path = base / f"{name_or_path}.yaml"
+        if not path.is_file():
+            valid = sorted(p.stem for p in base.glob("*.yaml")) if base.is_dir() else []
+            raise SpaceError(f"unknown search space {str(name_or_path)!r}; valid: "
+                             f"{', '.join(valid) or '(none found in ' + str(base) + ')'}")
+    if not path.is_file():
+        raise SpaceError(f"search space file {path} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise SpaceError(f"{path}: not valid YAML: {exc}") from None
+    return parse_space(data, str(path))

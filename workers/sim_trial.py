@@ -1,0 +1,459 @@
+"""A trial in virtual time: the simulated engine runs the workload in milliseconds.
+
+``run_virtual_trial(spec)`` answers what the live worker would answer for
+``engine="sim"`` — same requests (the load generator's own samplers and arrival
+schedule, same seed), same scoring (:func:`workers.loadgen.score`), same diagnosis and
+result fields — without starting a server. Search-quality benchmarks and pre-screening
+use it; its timings are *engine* seconds, i.e. what the trial would cost on a GPU:
+
+* ``boot_s`` — modelled weight loading + CUDA graph capture (a refused start-up costs
+  the time vLLM takes to refuse: process start, and weights loaded for an OOM);
+* ``measure_s`` — the simulated measurement, cut at the early-abort point when the
+  gate could no longer hold (the live runner stops there too).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from workers.contracts import (
+    SLO,
+    CapacityProbe,
+    EngineFacts,
+    FailureClass,
+    KnobValue,
+    PhaseTimings,
+    TrialResult,
+    TrialSpec,
+    Workload,
+)
+from workers.loadgen.arrivals import arrival_offsets
+from workers.loadgen.client import RequestRecord, RequestTimings
+from workers.loadgen.datasets import sample_requests
+from workers.loadgen.diagnosis import diagnose
+from workers.loadgen.result import build_result
+from workers.loadgen.runner import BenchmarkRun, EarlyAbort, SendLag
+from workers.loadgen.scoring import Score, allowed_violations, score, violated_metrics
+from workers.loadgen.scrape import HistogramDelta, ScrapeSummary
+from workers.sim import tokenizer
+from workers.sim.catalog import UnknownCatalogEntry
+from workers.sim.config import (
+    EngineConfig,
+    EngineConfigError,
+    MemoryPlan,
+    build_config,
+    graph_capture_seconds,
+    load_seconds,
+    plan_memory,
+    weight_bytes,
+)
+from workers.sim.core import EngineCore, RequestRejected
+from workers.sim.simulate import RequestTiming, SimRequestSpec, SimulationResult, simulate
+
+__all__ = [
+    "PROCESS_START_S",
+    "SCRAPE_INTERVAL_S",
+    "ProbeRun",
+    "engine_config",
+    "run_virtual_trial",
+]
+
+PROCESS_START_S = 5.0
+"""Engine seconds before vLLM gets to its own checks (interpreter, imports, arg parsing)."""
+SCRAPE_INTERVAL_S = 0.5
+"""The live runner's default ``/metrics`` interval, engine time: gauges are sampled so."""
+
+_ARGS: dict[str, str] = {
+    # vLLM argument name → build_config keyword (the simulator takes vLLM's flags)
+    "max_num_seqs": "max_num_seqs",
+    "max_num_batched_tokens": "max_num_batched_tokens",
+    "gpu_memory_utilization": "gpu_memory_utilization",
+    "max_model_len": "max_model_len",
+    "enable_prefix_caching": "enable_prefix_caching",
+    "enable_chunked_prefill": "enable_chunked_prefill",
+    "kv_cache_dtype": "kv_cache_dtype",
+    "quantization": "quantization",
+    "speculative_config": "speculative_config",
+    "tensor_parallel_size": "tensor_parallel_size",
+    "block_size": "block_size",
+    "enforce_eager": "enforce_eager",
+    "load_format": "load_format",
+    "served_model_name": "served_model_name",
+}
+
+
+class _Refused(Exception):
+    def __init__(self, failure: FailureClass, message: str, boot_s: float) -> None:
+        super().__init__(message)
+        self.failure, self.message, self.boot_s = failure, message, boot_s
+
+
+def engine_config(spec: TrialSpec, *, seed: int | None = None) -> EngineConfig:
+    """The simulated engine's config for ``spec``; raises ``EngineConfigError`` as vLLM would."""
+    kwargs: dict[str, Any] = {}
+    for name, value in spec.engine_flags.items():
+        if name in spec.allowed_extra_args and name not in _ARGS:
+            continue  # declared acceptable by the space; the simulator has no use for it
+        if name not in _ARGS:
+            raise EngineConfigError(
+                f"unrecognized arguments: --{name.replace('_', '-')} (valid: "
+                f"{', '.join(sorted(_ARGS))}, or list it in allowed_extra_args)"
+            )
+        kwargs[_ARGS[name]] = _flag_value(name, value)
+    try:
+        return build_config(
+            spec.model, sim_gpu=spec.sim.gpu, sim_seed=spec.sim.seed if seed is None else seed,
+            sim_noise=spec.sim.noise, sim_cost_model=spec.sim.cost_model, **kwargs,
+        )
+    except UnknownCatalogEntry as exc:
+        raise EngineConfigError(str(exc)) from exc
+
+
+def _flag_value(name: str, value: KnobValue) -> Any:
+    if name == "speculative_config" and isinstance(value, dict):
+        return json.dumps(value)  # the CLI takes JSON; so does build_config
+    if name == "quantization" and isinstance(value, str) and value.lower() in {"none", ""}:
+        return None
+    return value
+
+
+# --- one measured run ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeRun:
+    """One simulated measurement at one rate: what the live runner would have recorded."""
+
+    run: BenchmarkRun
+    score: Score
+    sim: SimulationResult
+    measure_s: float
+    """Engine seconds charged: to the early-abort point, else the whole run."""
+
+
+def _requests(workload: Workload, config: EngineConfig, n: int,
+              ) -> tuple[list[SimRequestSpec], list[RequestRecord]]:
+    """The workload's requests (the load generator's samplers) and the ones vLLM rejects."""
+    specs = sample_requests(workload.dataset, n, workload.seed)
+    offsets = arrival_offsets(len(specs), workload.arrivals, workload.seed,
+                              [s.arrival_offset_s for s in specs])
+    checker = _Admission(config)
+    sims: list[SimRequestSpec] = []
+    rejected: list[RequestRecord] = []
+    for i, (req, offset) in enumerate(zip(specs, offsets, strict=True)):
+        ids = tokenizer.encode(req.prompt, config.model.vocab_size)
+        error = checker.error(len(ids), req.output_len)
+        if error is not None:  # the server answers 400 at once: a failed row, not a crash
+            t = RequestTimings(target=offset, ready=offset, start=offset, end=offset)
+            rejected.append(RequestRecord(i, req.prompt_len, req.output_len, t,
+                                          error=f"HTTP 400: {error}"))
+            continue
+        sims.append(SimRequestSpec(offset, ids, req.output_len, request_id=str(i)))
+    return sims, rejected
+
+
+class _Admission:
+    """vLLM's per-request admission checks, asked of a real engine core when in doubt.
+
+    Building a core sizes its block pool (tens of ms on a big GPU), so the common case —
+    a prompt plus its output inside max_model_len — is let through without one.
+    """
+
+    def __init__(self, config: EngineConfig) -> None:
+        self._config = config
+        self._core: EngineCore | None = None
+
+    def error(self, prompt_len: int, max_tokens: int) -> str | None:
+        if prompt_len >= 1 and prompt_len + max_tokens <= self._config.max_model_len:
+            return None
+        if self._core is None:
+            self._core = EngineCore(self._config)
+        try:
+            self._core.validate(prompt_len, max_tokens)
+        except RequestRejected as exc:
+            return str(exc)
+        return None
+
+
+def _record(timing: RequestTiming, crashed: str | None) -> RequestRecord:
+    index = int(timing.request_id)
+    start = timing.arrival_time
+    chunks = tuple(sorted(set(timing.token_times)))  # one streamed chunk per engine step
+    if timing.finish_time is None:
+        error = f"engine died: {crashed}" if crashed else "request did not finish"
+        end = max(chunks, default=start)
+        t = RequestTimings(start, start, start, chunks, end)
+        return RequestRecord(index, timing.prompt_tokens, timing.output_tokens, t,
+                             output_tokens=timing.output_tokens, error=error)
+    t = RequestTimings(start, start, start, chunks, timing.finish_time)
+    return RequestRecord(index, timing.prompt_tokens, timing.output_tokens, t,
+                         output_tokens=timing.output_tokens)
+
+
+def _completion_time(record: RequestRecord) -> float:
+    t = record.timings
+    return t.end if t.end is not None else max(t.chunks, default=t.start)
+
+
+def _early_abort(records: Sequence[RequestRecord], slo: SLO, n: int,
+                 ) -> tuple[EarlyAbort | None, float | None]:
+    """Replay the live runner's monitor over completions in time order (post hoc)."""
+    allowed = allowed_violations(n, slo.percentile)
+    counts: dict[str, int] = {}
+    for seen, record in enumerate(sorted(records, key=_completion_time), start=1):
+        for metric in violated_metrics(record, slo):
+            counts[metric] = counts.get(metric, 0) + 1
+            if counts[metric] > allowed:
+                target = slo.targets[metric]
+                reason = (
+                    f"{counts[metric]} requests broke {metric} ≤ {target:g} ms (failed ones "
+                    f"count); p{slo.percentile:g} allows at most {allowed}: the gate can no "
+                    "longer hold"
+                )
+                abort = EarlyAbort(reason, metric, counts[metric], allowed, seen)
+                return abort, _completion_time(record)
+    return None, None
+
+
+def _scrape(sim: SimulationResult, records: Sequence[RequestRecord], until: float,
+            load_end: float) -> ScrapeSummary:
+    """What ``/metrics`` scrapes would have seen up to ``until`` (engine seconds)."""
+    series = sim.series
+    summary = ScrapeSummary(available=True, load_end_s=min(load_end, until))
+    gauges: dict[str, list[tuple[float, float]]] = {
+        "vllm:num_requests_running": [], "vllm:num_requests_waiting": [],
+        "vllm:kv_cache_usage_perc": [],
+    }
+    next_sample = 0.0
+    preemptions = 0
+    for i, t in enumerate(series.time):
+        if t > until:
+            break
+        preemptions = series.num_preemptions[i]
+        if t >= next_sample:
+            gauges["vllm:num_requests_running"].append((t, float(series.num_requests_running[i])))
+            gauges["vllm:num_requests_waiting"].append((t, float(series.num_requests_waiting[i])))
+            gauges["vllm:kv_cache_usage_perc"].append((t, series.kv_cache_usage_perc[i]))
+            next_sample = t + SCRAPE_INTERVAL_S
+    summary.gauges = {k: v for k, v in gauges.items() if v}
+    summary.scrapes = len(summary.gauges.get("vllm:num_requests_running", []))
+    done = {r.index for r in records if r.success}
+    finished = [t for t in sim.requests
+                if int(t.request_id) in done and t.first_token_time is not None
+                and t.first_scheduled_time is not None and t.finish_time is not None]
+    queries = float(sum(t.prompt_tokens for t in finished))
+    summary.counters = {
+        "vllm:num_preemptions_total": float(preemptions),
+        "vllm:prompt_tokens_total": queries,
+        "vllm:generation_tokens_total": float(sum(t.output_tokens for t in finished)),
+        "vllm:prefix_cache_queries_total": queries,
+        "vllm:prefix_cache_hits_total": float(sum(t.num_cached_tokens for t in finished)),
+        "vllm:request_success_total": float(len(finished)),
+    }
+
+    def hist(values: list[float]) -> HistogramDelta:
+        return HistogramDelta(float(len(values)), float(sum(values)))
+
+    summary.histograms = {
+        "vllm:request_queue_time_seconds": hist(
+            [t.first_scheduled_time - t.arrival_time for t in finished]),  # type: ignore[operator]
+        "vllm:request_prefill_time_seconds": hist(
+            [t.first_token_time - t.first_scheduled_time for t in finished]),  # type: ignore[operator]
+        "vllm:request_decode_time_seconds": hist(
+            [t.finish_time - t.first_token_time for t in finished]),  # type: ignore[operator]
+        "vllm:time_to_first_token_seconds": hist(
+            [t.first_token_time - t.arrival_time for t in finished]),  # type: ignore[operator]
+        "vllm:e2e_request_latency_seconds": hist(
+            [t.finish_time - t.arrival_time for t in finished]),  # type: ignore[operator]
+    }
+    return summary
+
+
+def measure(spec: TrialSpec, config: EngineConfig, workload: Workload) -> ProbeRun:
+    """Simulate ``workload`` on ``config`` and score it as the live runner + scorer would."""
+    sims, rejected = _requests(workload, config, workload.num_prompts)
+    n = len(sims) + len(rejected)
+    sim = simulate(config, sims) if sims else _empty(config)
+    records = sorted([*(_record(t, sim.crashed) for t in sim.requests), *rejected],
+                     key=lambda r: r.index)
+    duration = max((_completion_time(r) for r in records), default=0.0)
+    abort, cut = _early_abort(records, spec.slo, n) if spec.early_abort else (None, None)
+    if cut is not None:
+        # the live runner stops at the (allowed+1)-th breaker and keeps what had completed
+        records = [r for r in records if _completion_time(r) <= cut]
+        duration = cut
+    load_end = max((r.timings.start for r in records), default=0.0)
+    run = BenchmarkRun(
+        started_at=datetime.now(),
+        duration_s=duration,
+        records=records,
+        warmup_records=[],
+        send_lag=SendLag.of([0.0] * len(records), 5.0),  # virtual time: sent exactly on time
+        scrape=_scrape(sim, records, duration, load_end),
+        time_scale=1.0,
+        early_abort=abort,
+    )
+    s = score(records, duration, spec.slo, aborted=None if abort is None else abort.reason)
+    return ProbeRun(run, s, sim, duration)
+
+
+def _empty(config: EngineConfig) -> SimulationResult:
+    return simulate(config, [])
+
+
+# --- the trial ----------------------------------------------------------------------------
+
+
+def _boot(spec: TrialSpec) -> tuple[EngineConfig, MemoryPlan, float]:
+    try:
+        config = engine_config(spec)
+    except EngineConfigError as exc:
+        raise _Refused("invalid_config", str(exc), PROCESS_START_S) from exc
+    try:
+        plan = plan_memory(config)
+    except EngineConfigError as exc:
+        # weights were loaded before the profile run found no room
+        loaded = PROCESS_START_S + min(weight_bytes(config), config.gpu.memory_bytes) / 2e9
+        raise _Refused("oom", str(exc), loaded) from exc
+    boot = PROCESS_START_S + load_seconds(config, plan)
+    if not config.enforce_eager:
+        boot += graph_capture_seconds(config)
+    return config, plan, boot
+
+
+def run_virtual_trial(spec: TrialSpec, *, per_request: bool = True) -> TrialResult:
+    """Run ``spec`` on the simulated engine in virtual time and score it.
+
+    ``per_request=False`` drops the per-request arrays (``ttfts``, ``itls``, …) from
+    ``metrics`` — benchmarks that keep thousands of results need the memory.
+    """
+    if spec.engine != "sim":
+        raise ValueError(f"run_virtual_trial runs engine 'sim' only, got {spec.engine!r}")
+    try:
+        config, plan, boot_s = _boot(spec)
+    except _Refused as refused:
+        return TrialResult(
+            trial_id=spec.trial_id, status="failed", failure=refused.failure,
+            failure_message=refused.message, log_tail=refused.message, objective=0.0,
+            constraints={"fits": 1.0},
+            timings=PhaseTimings(boot_s=refused.boot_s, total_s=refused.boot_s),
+        )
+    facts = EngineFacts(
+        engine_version="slotune-sim", gpu_name=config.gpu.device_name,
+        gpu_memory_bytes=config.gpu.memory_bytes, kv_cache_tokens=plan.kv_tokens,
+        max_concurrency=plan.kv_tokens / config.max_model_len,
+        startup_phases_s={"weights_loading": load_seconds(config, plan),
+                          **({} if config.enforce_eager
+                             else {"graph_capturing": graph_capture_seconds(config)})},
+        resolved_config=config.resolved(),
+    )
+    if spec.mode == "capacity":
+        return _capacity_trial(spec, config, boot_s, facts, per_request)
+    probe = measure(spec, config, spec.workload)
+    return _result_from_probe(spec, probe, boot_s, facts, per_request)
+
+
+def _result_from_probe(spec: TrialSpec, probe: ProbeRun, boot_s: float, facts: EngineFacts,
+                       per_request: bool) -> TrialResult:
+    s = probe.score
+    crashed = probe.sim.crashed
+    diagnosis = diagnose(probe.run.scrape, s, spec.slo)
+    metrics = build_result(
+        run=probe.run, score=s, workload=spec.workload, slo=spec.slo, model=spec.model,
+        endpoint=spec.workload.endpoint, base_url="sim://virtual-time", diagnosis=diagnosis,
+    )
+    if not per_request:
+        for key in ("input_lens", "output_lens", "ttfts", "itls", "errors"):
+            metrics.pop(key, None)
+        metrics["metrics_scrape"] = {"available": True, "virtual_time": True}
+    timings = PhaseTimings(boot_s=boot_s, measure_s=probe.measure_s,
+                           total_s=boot_s + probe.measure_s)
+    common: dict[str, Any] = dict(
+        trial_id=spec.trial_id, request_goodput=s.request_goodput, metrics=metrics,
+        diagnosis=None if diagnosis is None else diagnosis.to_dict(), engine=facts,
+        timings=timings,
+        early_abort=None if probe.run.early_abort is None else probe.run.early_abort.reason,
+    )
+    if crashed is not None:
+        return TrialResult(status="failed", failure="oom", failure_message=crashed,
+                           log_tail=crashed, objective=0.0, constraints={"fits": 1.0}, **common)
+    error_rate = s.failed / s.num_requests if s.num_requests else 0.0
+    if error_rate > spec.max_error_rate and probe.run.early_abort is None:
+        message = f"{s.failed} of {s.num_requests} requests failed: " + next(
+            (r.error or "" for r in probe.run.records if r.error), "")
+        return TrialResult(status="failed", failure="benchmark_errors", failure_message=message,
+                           objective=0.0, constraints=s.constraints, **common)
+    return TrialResult(
+        status="ok", objective=s.objective, gate_passed=s.gate, constraints=s.constraints,
+        slo_margins={c.metric: c.margin_ms if c.margin_ms is not None else -math.inf
+                     for c in s.checks},
+        headroom=s.worst_ratio, **common,
+    )
+
+
+def _capacity_trial(spec: TrialSpec, config: EngineConfig, boot_s: float, facts: EngineFacts,
+                    per_request: bool) -> TrialResult:
+    """Bracket, then bisect on the rate: the highest rate at which the gate holds."""
+    search = spec.capacity
+    n = search.prompts_per_probe or spec.workload.num_prompts
+    probes: list[CapacityProbe] = []
+    runs: dict[float, ProbeRun] = {}
+    charged = 0.0
+
+    def probe(rate: float) -> bool:
+        nonlocal charged
+        arrivals = spec.workload.arrivals.model_copy(update={"request_rate": rate})
+        workload = spec.workload.model_copy(update={"arrivals": arrivals, "num_prompts": n})
+        run = measure(spec, config, workload)
+        runs[rate] = run
+        charged += run.measure_s
+        ok = run.score.gate and run.sim.crashed is None
+        probes.append(CapacityProbe(
+            request_rate=rate, gate_passed=ok, request_goodput=run.score.request_goodput,
+            ratios={c.metric: c.constraint + 1.0 for c in run.score.checks}))
+        return ok
+
+    start = spec.workload.arrivals.request_rate
+    rate = min(max(start if math.isfinite(start) else search.min_rate, search.min_rate),
+               search.max_rate)
+    good: float | None = None
+    bad: float | None = None
+    if probe(rate):
+        good = rate
+        while good < search.max_rate and len(probes) < search.max_probes:
+            nxt = min(good * 2.0, search.max_rate)
+            if probe(nxt):
+                good = nxt
+            else:
+                bad = nxt
+                break
+    else:
+        bad = rate
+        while bad > search.min_rate and len(probes) < search.max_probes:
+            nxt = max(bad / 2.0, search.min_rate)
+            if probe(nxt):
+                good = nxt
+                break
+            bad = nxt
+    while (good is not None and bad is not None and len(probes) < search.max_probes
+           and (bad - good) / good > search.relative_tolerance):
+        mid = math.sqrt(good * bad)  # geometric: the bracket spans factors of two
+        if probe(mid):
+            good = mid
+        else:
+            bad = mid
+    if good is None:  # not even the lowest rate holds: the lowest probe says why
+        result = _result_from_probe(spec, runs[min(runs)], boot_s, facts, per_request)
+    else:
+        result = _result_from_probe(spec, runs[good], boot_s, facts, per_request)
+    timings = PhaseTimings(boot_s=boot_s, measure_s=charged, total_s=boot_s + charged)
+    update: dict[str, Any] = {"capacity": good or 0.0, "capacity_probes": tuple(probes),
+                              "timings": timings, "early_abort": None}
+    if result.status == "ok":
+        update.update(objective=good or 0.0, gate_passed=good is not None)
+    return result.model_copy(update=update)
