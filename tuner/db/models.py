@@ -1,0 +1,247 @@
+"""slotune's tables (SQLAlchemy 2.0 typed models) and the ``best_config_per_workload`` view.
+
+The schema is owned by the Alembic migrations in ``migrations/``; these models describe
+it for queries, and a test checks the two agree on both backends. JSON columns are
+``JSON`` on SQLite and ``JSONB`` on Postgres (comparable, indexable); timestamps are
+stored in UTC and always come back timezone-aware.
+
+Optuna keeps its own tables in the same database, among them ``studies`` and
+``trials``; ours are named so they never clash (``sweep_trials``, not ``trials``).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    CheckConstraint,
+    Column,
+    DateTime,
+    Dialect,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+__all__ = [
+    "BEST_CONFIG_VIEW",
+    "OUR_TABLES",
+    "SWEEP_MODES",
+    "SWEEP_STATUSES",
+    "TERMINAL_SWEEP_STATUSES",
+    "TRIAL_STATUSES",
+    "UNFINISHED_TRIAL_STATUSES",
+    "VERDICTS",
+    "Base",
+    "ExperimentCard",
+    "JSONType",
+    "Sweep",
+    "SweepTrial",
+    "UTCDateTime",
+    "WorkloadRow",
+    "best_config_view",
+    "utcnow",
+]
+
+SWEEP_STATUSES = ("queued", "running", "done", "failed", "cancelled")
+TERMINAL_SWEEP_STATUSES = ("done", "failed", "cancelled")
+SWEEP_MODES = ("goodput", "capacity")
+TRIAL_STATUSES = ("pending", "running", "ok", "infeasible", "failed", "lost")
+UNFINISHED_TRIAL_STATUSES = ("pending", "running")
+VERDICTS = ("supported", "rejected", "inconclusive")
+
+JSONType = JSON().with_variant(JSONB(), "postgresql")
+"""Portable JSON column type: JSONB on Postgres, JSON (text) elsewhere."""
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timestamp stored in UTC that always reads back timezone-aware.
+
+    SQLite has no time zones and returns naive datetimes; this makes both backends
+    hand out the same kind of value, so comparisons and JSON dumps agree.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: pass a timezone-aware one")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _one_of(column: str, values: tuple[str, ...]) -> str:
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
+# Named constraints, so later migrations (and SQLite batch mode) can refer to them.
+_NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=_NAMING)
+
+
+class WorkloadRow(Base):
+    """A named traffic shape (``workers.contracts.Workload`` as JSON)."""
+
+    __tablename__ = "workloads"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class Sweep(Base):
+    """One search: a space, a workload, an SLO, a strategy, a budget and its progress."""
+
+    __tablename__ = "sweeps"
+    __table_args__ = (
+        CheckConstraint(_one_of("status", SWEEP_STATUSES), name="status"),
+        CheckConstraint(_one_of("mode", SWEEP_MODES), name="mode"),
+        Index("ix_sweeps_status_created_at", "status", "created_at"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    workload_id: Mapped[int] = mapped_column(ForeignKey("workloads.id"), index=True)
+    space: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    slo: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    slo_key: Mapped[str] = mapped_column(String(200))
+    """Canonical JSON text of ``slo`` (sorted keys): the view groups by it."""
+    model: Mapped[str] = mapped_column(String(200))
+    gpu: Mapped[str] = mapped_column(String(100))
+    strategy: Mapped[str] = mapped_column(String(50))
+    mode: Mapped[str] = mapped_column(String(16), default="goodput")
+    status: Mapped[str] = mapped_column(String(16), default="queued")
+    budget: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    progress: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    owner: Mapped[str | None] = mapped_column(String(200))
+    """Who submitted the sweep."""
+    claimed_by: Mapped[str | None] = mapped_column(String(200))
+    """The coordinator running it."""
+    heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    """Last sign of life of ``claimed_by``; a stale one lets another coordinator take over."""
+    optuna_study_name: Mapped[str | None] = mapped_column(String(200), unique=True)
+    stop_reason: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class SweepTrial(Base):
+    """One attempt at one Optuna trial of a sweep: what ran, where, and what it learned."""
+
+    __tablename__ = "sweep_trials"
+    __table_args__ = (
+        UniqueConstraint("sweep_id", "number", "attempt"),
+        CheckConstraint(_one_of("status", TRIAL_STATUSES), name="status"),
+        CheckConstraint("attempt >= 1", name="attempt"),
+        Index("ix_sweep_trials_sweep_id_status", "sweep_id", "status"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    sweep_id: Mapped[int] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"))
+    number: Mapped[int] = mapped_column(Integer)
+    """The Optuna trial number."""
+    attempt: Mapped[int] = mapped_column(Integer, default=1)
+    params: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    """The sampled knob values (what Optuna re-enqueues)."""
+    config: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    """The full engine configuration: fixed engine args overridden by ``params``."""
+    spec: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
+    status: Mapped[str] = mapped_column(String(16), default="running")
+    failure_class: Mapped[str | None] = mapped_column(String(32))
+    objective: Mapped[float | None] = mapped_column(Float)
+    capacity: Mapped[float | None] = mapped_column(Float)
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
+    diagnosis: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
+    timings: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
+    confirmed: Mapped[bool] = mapped_column(Boolean, default=False)
+    worker: Mapped[str | None] = mapped_column(String(200))
+    node: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class ExperimentCard(Base):
+    """One step of a guided sweep: symptom → one-variable experiment → verdict → rollback."""
+
+    __tablename__ = "experiment_cards"
+    __table_args__ = (
+        UniqueConstraint("sweep_id", "step"),
+        CheckConstraint(f"verdict IS NULL OR {_one_of('verdict', VERDICTS)}", name="verdict"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    sweep_id: Mapped[int] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"))
+    step: Mapped[int] = mapped_column(Integer)
+    symptom: Mapped[str] = mapped_column(Text)
+    evidence: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    hypothesis: Mapped[str] = mapped_column(Text)
+    variable: Mapped[str] = mapped_column(String(200))
+    values: Mapped[list[Any]] = mapped_column(JSONType, default=list)
+    expected_direction: Mapped[str] = mapped_column(String(50))
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
+    verdict: Mapped[str | None] = mapped_column(String(16))
+    """None while the experiment runs."""
+    rollback: Mapped[Any | None] = mapped_column(JSONType)
+    """What to return to if the hypothesis is rejected (a config, or a sentence)."""
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+OUR_TABLES = tuple(Base.metadata.tables)
+"""Our table names: what our migrations own (anything else, e.g. Optuna's, is left alone)."""
+
+BEST_CONFIG_VIEW = "best_config_per_workload"
+
+# The view is created by the migrations (SQL in migrations/versions); this Table only
+# describes its columns for reading. It lives in its own MetaData so nothing ever
+# creates it as a table.
+best_config_view = Table(
+    BEST_CONFIG_VIEW,
+    MetaData(),
+    Column("workload", String),
+    Column("model", String),
+    Column("gpu", String),
+    Column("slo", String),
+    Column("config", JSONType),
+    Column("objective", Float),
+    Column("capacity", Float),
+    Column("confirmed", Boolean),
+    Column("trial_id", Integer),
+    Column("measured_at", UTCDateTime),
+)

@@ -1,0 +1,90 @@
+"""Engines and the one session context manager where storage errors are translated.
+
+:func:`make_engine` builds an engine with the settings each backend needs (SQLite:
+foreign keys on, WAL so the API reads while the coordinator writes, a busy timeout;
+Postgres: psycopg 3, a connect timeout, pre-ping). :func:`session_scope` is one
+transaction: committed when the block ends, rolled back on any error, and every
+SQLAlchemy or driver error leaves it as a :class:`~tuner.db.errors.StorageError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from tuner.db.errors import StorageError, StorageUnavailable, translate
+from tuner.settings import normalize_database_url, redact_url
+
+__all__ = ["make_engine", "session_scope", "translated"]
+
+_SQLITE_BUSY_TIMEOUT_S = 30.0
+_PG_CONNECT_TIMEOUT_S = 5
+
+
+def make_engine(url: str, *, echo: bool = False) -> Engine:
+    """An engine for ``url`` (``postgresql://`` is mapped to psycopg 3).
+
+    A SQLite file's directory is created here, on first use. No connection is made yet.
+    """
+    try:
+        sa_url = make_url(normalize_database_url(url))
+    except ValueError as exc:
+        raise StorageError(str(exc)) from None
+    kwargs: dict[str, Any] = {"echo": echo}
+    if sa_url.get_backend_name() == "sqlite":
+        database = sa_url.database
+        if database and database != ":memory:" and not database.startswith("file:"):
+            try:
+                Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StorageUnavailable(
+                    f"cannot create the directory of {redact_url(url)}: {exc}") from exc
+        kwargs["connect_args"] = {"timeout": _SQLITE_BUSY_TIMEOUT_S}
+        engine = create_engine(sa_url, **kwargs)
+        event.listen(engine, "connect", _sqlite_pragmas)
+        return engine
+    if sa_url.get_backend_name() == "postgresql":
+        kwargs["connect_args"] = {"connect_timeout": _PG_CONNECT_TIMEOUT_S}
+    kwargs["pool_pre_ping"] = True
+    return create_engine(sa_url, **kwargs)
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("PRAGMA foreign_keys=ON")
+        # WAL persists in the file: readers (API, dashboard) no longer block the writer.
+        cursor.execute("PRAGMA journal_mode=WAL")
+    finally:
+        cursor.close()
+
+
+@contextmanager
+def translated(url: object) -> Iterator[None]:
+    """Re-raise any SQLAlchemy/driver error in the block as our :class:`StorageError`."""
+    try:
+        yield
+    except SQLAlchemyError as exc:
+        raise translate(exc, url) from exc
+
+
+@contextmanager
+def session_scope(factory: sessionmaker[Session], url: object) -> Iterator[Session]:
+    """One transaction: commit on success, roll back on error, errors translated once."""
+    with translated(url):
+        session = factory()
+        try:
+            yield session
+            session.commit()
+        except BaseException:
+            session.rollback()
+            raise
+        finally:
+            session.close()

@@ -1,0 +1,167 @@
+"""Service settings from the environment: one nested, cached :func:`get_settings`.
+
+The same code runs on a laptop (SQLite file, local Ray) and in production (Postgres,
+a Ray cluster); only these settings change. Names follow the ecosystem's conventions
+where one exists (``DATABASE_URL``, ``RAY_ADDRESS``) and carry a ``SLOTUNE_`` prefix
+otherwise. Secrets are :class:`~pydantic.SecretStr` so they never reach a log or a repr;
+database URLs go through :func:`redact_url` before they are shown anywhere.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+__all__ = [
+    "ApiSettings",
+    "DatabaseSettings",
+    "MissingSecret",
+    "RaySettings",
+    "Settings",
+    "default_data_dir",
+    "get_settings",
+    "normalize_database_url",
+    "redact_url",
+]
+
+# Postgres URLs without a driver mean psycopg2 to SQLAlchemy, which we do not ship:
+# psycopg 3 is the driver, for our engine and for Optuna's alike.
+_PG_DRIVERLESS = {"postgres", "postgresql"}
+_PG_DRIVER = "postgresql+psycopg"
+# libpq also accepts the password as a query parameter; hide it there too.
+_SECRET_QUERY = re.compile(r"([?&](?:ssl)?password=)[^&]*", re.IGNORECASE)
+
+
+class MissingSecret(RuntimeError):
+    """A secret the service needs to start was not configured."""
+
+
+def default_data_dir() -> Path:
+    """Where the embedded database lives: ``$SLOTUNE_HOME``, else the XDG data dir."""
+    home = os.environ.get("SLOTUNE_HOME")
+    if home:
+        return Path(home).expanduser()
+    xdg = os.environ.get("XDG_DATA_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "share"
+    return base / "slotune"
+
+
+def normalize_database_url(url: str) -> str:
+    """The URL SQLAlchemy and Optuna should use: ``postgresql://`` → psycopg 3.
+
+    Other URLs (SQLite, an explicit driver) are returned unchanged. Raises
+    ``ValueError`` (with the URL redacted) when the text is not a database URL.
+    """
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise ValueError(f"not a database URL: {redact_url(url)!r}") from None
+    if parsed.drivername in _PG_DRIVERLESS:
+        return parsed.set(drivername=_PG_DRIVER).render_as_string(hide_password=False)
+    return url
+
+
+def redact_url(url: object) -> str:
+    """``url`` with its password (user-info or query parameter) replaced by ``***``.
+
+    Safe on anything: text that does not parse as a URL still has any
+    ``scheme://user:secret@`` part masked.
+    """
+    text = str(url)
+    try:
+        parsed = make_url(text)
+    except ArgumentError:
+        return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", text)
+    shown = parsed.render_as_string(hide_password=True)
+    return _SECRET_QUERY.sub(r"\1***", shown)
+
+
+class DatabaseSettings(BaseSettings):
+    """Where slotune (and Optuna, in the same database) keeps its state."""
+
+    model_config = SettingsConfigDict(extra="ignore", populate_by_name=True)
+
+    url: str = Field(
+        default_factory=lambda: f"sqlite:///{default_data_dir() / 'slotune.db'}",
+        validation_alias=AliasChoices("DATABASE_URL", "SLOTUNE_DATABASE_URL", "url"),
+    )
+    """As given; :attr:`sqlalchemy_url` is what engines are built from."""
+    echo: bool = Field(False, validation_alias=AliasChoices("SLOTUNE_DATABASE_ECHO", "echo"))
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        # A URL may carry a password: reprs (and so logs) only ever see it redacted.
+        for name, value in super().__repr_args__():
+            yield name, (redact_url(value) if name == "url" else value)
+
+    @field_validator("url")
+    @classmethod
+    def _parses(cls, value: str) -> str:
+        normalize_database_url(value)  # fail at start, not at the first query
+        return value
+
+    @property
+    def sqlalchemy_url(self) -> str:
+        return normalize_database_url(self.url)
+
+    @property
+    def optuna_url(self) -> str:
+        """The URL for ``optuna.storages.RDBStorage``, ``optuna studies``, optuna-dashboard."""
+        return normalize_database_url(self.url)
+
+    @property
+    def redacted_url(self) -> str:
+        return redact_url(self.url)
+
+
+class RaySettings(BaseSettings):
+    """Ray: ``None`` starts a local Ray; ``ray://host:10001`` or ``auto`` joins a cluster."""
+
+    model_config = SettingsConfigDict(extra="ignore", populate_by_name=True)
+
+    address: str | None = Field(
+        None, validation_alias=AliasChoices("RAY_ADDRESS", "SLOTUNE_RAY_ADDRESS", "address")
+    )
+
+
+class ApiSettings(BaseSettings):
+    """The REST API."""
+
+    model_config = SettingsConfigDict(extra="ignore", populate_by_name=True)
+
+    token: SecretStr | None = Field(
+        None, validation_alias=AliasChoices("SLOTUNE_API_TOKEN", "token")
+    )
+    """Bearer token required on every write."""
+
+    def require_token(self) -> SecretStr:
+        """The token, or :class:`MissingSecret` when unset or blank (refuse to start)."""
+        if self.token is None or not self.token.get_secret_value().strip():
+            raise MissingSecret("SLOTUNE_API_TOKEN is not set; the API refuses to start "
+                                "without a bearer token for writes")
+        return self.token
+
+
+class Settings(BaseSettings):
+    """All of slotune's settings; each section reads its own environment variables."""
+
+    # The prefix keeps a stray DATABASE/RAY/API variable from being read as a section.
+    model_config = SettingsConfigDict(extra="ignore", env_prefix="SLOTUNE_")
+
+    database: DatabaseSettings = Field(default_factory=DatabaseSettings)
+    ray: RaySettings = Field(default_factory=RaySettings)
+    api: ApiSettings = Field(default_factory=ApiSettings)
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process's settings, read once (tests call ``get_settings.cache_clear()``)."""
+    return Settings()
