@@ -32,6 +32,7 @@ The window function (``ROW_NUMBER() OVER``) needs SQLite >= 3.25 or any Postgres
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 import sqlalchemy as sa
 from alembic import op
@@ -45,7 +46,7 @@ depends_on: str | Sequence[str] | None = None
 _JSON = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
 
 
-def _ts(name: str, nullable: bool = True) -> sa.Column[sa.DateTime]:
+def _ts(name: str, nullable: bool = True) -> sa.Column[datetime]:
     return sa.Column(name, sa.DateTime(timezone=True), nullable=nullable)
 
 

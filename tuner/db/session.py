@@ -9,6 +9,8 @@ SQLAlchemy or driver error leaves it as a :class:`~tuner.db.errors.StorageError`
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,7 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from tuner.db.errors import StorageError, StorageUnavailable, translate
 from tuner.settings import normalize_database_url, redact_url
 
-__all__ = ["make_engine", "session_scope", "translated"]
+__all__ = ["dumps_json", "make_engine", "session_scope", "translated"]
 
 _SQLITE_BUSY_TIMEOUT_S = 30.0
 _PG_CONNECT_TIMEOUT_S = 5
@@ -37,7 +39,7 @@ def make_engine(url: str, *, echo: bool = False) -> Engine:
         sa_url = make_url(normalize_database_url(url))
     except ValueError as exc:
         raise StorageError(str(exc)) from None
-    kwargs: dict[str, Any] = {"echo": echo}
+    kwargs: dict[str, Any] = {"echo": echo, "json_serializer": dumps_json}
     if sa_url.get_backend_name() == "sqlite":
         database = sa_url.database
         if database and database != ":memory:" and not database.startswith("file:"):
@@ -54,6 +56,25 @@ def make_engine(url: str, *, echo: bool = False) -> Engine:
         kwargs["connect_args"] = {"connect_timeout": _PG_CONNECT_TIMEOUT_S}
     kwargs["pool_pre_ping"] = True
     return create_engine(sa_url, **kwargs)
+
+
+def dumps_json(value: Any) -> str:
+    """JSON text for a JSON column: non-finite floats become null.
+
+    Neither JSON nor Postgres' JSONB has infinities or NaN (``json.dumps`` would write
+    ``Infinity``, which Postgres rejects); pydantic's JSON mode does the same.
+    """
+    return json.dumps(_finite(value), separators=(",", ":"))
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:

@@ -1,0 +1,81 @@
+"""Optuna's storage in slotune's own database, so its tools see our studies.
+
+``optuna.storages.RDBStorage`` on the same URL (``postgresql://`` mapped to psycopg 3,
+as for our engine): ``optuna studies --storage URL`` and ``optuna-dashboard URL`` list
+slotune's sweeps. Optuna creates and versions its own tables (``studies``, ``trials``,
+…, stamped in ``alembic_version``); ours are named apart (``sweep_trials``,
+``slotune_alembic_version``), and our migrations never touch Optuna's.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal
+
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError
+
+from tuner.db.errors import StorageError, translate
+from tuner.db.session import make_engine
+from tuner.settings import get_settings, normalize_database_url
+
+if TYPE_CHECKING:  # optuna is a heavy import; only what builds a storage pays for it
+    import optuna
+    from optuna.storages import RDBStorage
+
+__all__ = ["create_or_load_study", "optuna_storage", "optuna_url"]
+
+_SQLITE_BUSY_TIMEOUT_S = 30.0
+
+
+def optuna_url(url: str | None = None) -> str:
+    """The URL to give Optuna's tools for ``url`` (default: the settings' database)."""
+    return normalize_database_url(url or get_settings().database.url)
+
+
+def optuna_storage(url: str | None = None, *, heartbeat_interval: int | None = None
+                   ) -> RDBStorage:
+    """An ``RDBStorage`` on slotune's database (``url`` or the settings').
+
+    Optuna creates its tables on first use. Errors reaching the database come out as
+    :class:`~tuner.db.errors.StorageError` (``StorageUnavailable`` when unreachable).
+    """
+    from optuna.storages import RDBStorage
+
+    target = optuna_url(url)
+    make_engine(target).dispose()  # creates a SQLite file's directory, like our engine does
+    engine_kwargs: dict[str, Any] = {"pool_pre_ping": True}
+    backend = make_url(target).get_backend_name()
+    if backend == "sqlite":
+        engine_kwargs = {"connect_args": {"timeout": _SQLITE_BUSY_TIMEOUT_S}}
+    elif backend == "postgresql":
+        engine_kwargs["connect_args"] = {"connect_timeout": 5}
+    try:
+        return RDBStorage(target, engine_kwargs=engine_kwargs,
+                          heartbeat_interval=heartbeat_interval)
+    except SQLAlchemyError as exc:
+        raise translate(exc, target) from exc
+
+
+def create_or_load_study(
+    name: str,
+    *,
+    url: str | None = None,
+    storage: RDBStorage | None = None,
+    direction: Literal["minimize", "maximize"] = "maximize",
+    sampler: optuna.samplers.BaseSampler | None = None,
+) -> optuna.Study:
+    """The Optuna study ``name`` in slotune's database, created if new (resume-safe)."""
+    import optuna
+
+    try:
+        return optuna.create_study(
+            study_name=name, storage=storage or optuna_storage(url), direction=direction,
+            sampler=sampler, load_if_exists=True)
+    except SQLAlchemyError as exc:
+        raise translate(exc, optuna_url(url)) from exc
+    except optuna.exceptions.StorageInternalError as exc:
+        # Optuna wraps the SQLAlchemy error it met in its own; unwrap it into ours.
+        cause = exc.__cause__
+        if isinstance(cause, SQLAlchemyError):
+            raise translate(cause, optuna_url(url)) from exc
+        raise StorageError(str(exc)) from exc

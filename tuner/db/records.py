@@ -1,0 +1,135 @@
+"""What the store hands out: frozen pydantic records, detached from any session.
+
+The coordinator and the API read these, never ORM objects, so nothing lazy-loads
+after its transaction has ended. List methods return a :class:`Page` (``{data, count}``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict
+
+__all__ = [
+    "BestConfig",
+    "CardRecord",
+    "OrphanTrial",
+    "Page",
+    "SweepRecord",
+    "TrialRecord",
+    "WorkloadRecord",
+]
+
+T = TypeVar("T")
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, from_attributes=True)
+
+
+class Page(BaseModel, Generic[T]):
+    """One page of a list and the total number of matches (ignoring offset/limit)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    data: list[T]
+    count: int
+
+
+class WorkloadRecord(_Record):
+    id: int
+    name: str
+    spec: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+
+
+class SweepRecord(_Record):
+    id: int
+    name: str
+    workload: str
+    """The workload's name."""
+    workload_id: int
+    space: dict[str, Any]
+    slo: dict[str, Any]
+    slo_key: str
+    model: str
+    gpu: str
+    strategy: str
+    mode: str
+    status: str
+    budget: dict[str, Any]
+    progress: dict[str, Any]
+    owner: str | None
+    claimed_by: str | None
+    heartbeat_at: datetime | None
+    optuna_study_name: str | None
+    stop_reason: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class TrialRecord(_Record):
+    id: int
+    sweep_id: int
+    number: int
+    attempt: int
+    params: dict[str, Any]
+    config: dict[str, Any]
+    spec: dict[str, Any] | None
+    status: str
+    failure_class: str | None
+    objective: float | None
+    capacity: float | None
+    result: dict[str, Any] | None
+    diagnosis: dict[str, Any] | None
+    timings: dict[str, Any] | None
+    confirmed: bool
+    worker: str | None
+    node: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    heartbeat_at: datetime | None
+
+
+class OrphanTrial(_Record):
+    """A trial whose coordinator died: now ``lost``; its params are to be re-enqueued."""
+
+    trial_id: int
+    number: int
+    attempt: int
+    params: dict[str, Any]
+
+
+class CardRecord(_Record):
+    id: int
+    sweep_id: int
+    step: int
+    symptom: str
+    evidence: dict[str, Any]
+    hypothesis: str
+    variable: str
+    values: list[Any]
+    expected_direction: str
+    result: dict[str, Any] | None
+    verdict: str | None
+    rollback: Any | None
+    created_at: datetime
+
+
+class BestConfig(_Record):
+    """One row of the ``best_config_per_workload`` view (see migration 0001 for columns)."""
+
+    workload: str
+    model: str
+    gpu: str
+    slo: str
+    config: dict[str, Any]
+    objective: float
+    capacity: float | None
+    confirmed: bool
+    trial_id: int
+    measured_at: datetime | None

@@ -1,0 +1,603 @@
+"""The store: slotune's memory, a service layer over the database for coordinator and API.
+
+Every public method is one transaction (nothing a caller stored is lost to a later
+crash), returns detached records (:mod:`tuner.db.records`), and raises only
+:class:`StorageError` and its subclasses — :class:`NotFound`, :class:`Conflict`,
+:class:`StorageUnavailable`, :class:`SchemaMissing` — translated once in
+:func:`tuner.db.session.session_scope`, with database URLs redacted.
+
+State changes that can race (claiming a sweep, cancelling it while its coordinator
+finishes it, finishing a trial that orphan recovery just marked lost) are single
+conditional ``UPDATE … WHERE status IN (…)`` statements, atomic on SQLite and Postgres.
+
+The schema comes from the migrations (``slotune db upgrade``); the store never creates it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from datetime import timedelta
+from types import TracebackType
+from typing import Any, Literal, Self, TypeVar, cast
+
+from sqlalchemy import ColumnElement, CursorResult, Select, Update, and_, func, or_, select, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from tuner.db.errors import (
+    Conflict,
+    NotFound,
+    SchemaMissing,
+    StorageError,
+    StorageUnavailable,
+)
+from tuner.db.models import (
+    SWEEP_STATUSES,
+    UNFINISHED_TRIAL_STATUSES,
+    ExperimentCard,
+    Sweep,
+    SweepTrial,
+    WorkloadRow,
+    best_config_view,
+    utcnow,
+)
+from tuner.db.records import (
+    BestConfig,
+    CardRecord,
+    OrphanTrial,
+    Page,
+    SweepRecord,
+    TrialRecord,
+    WorkloadRecord,
+)
+from tuner.db.session import make_engine, session_scope
+from tuner.settings import Settings, get_settings, redact_url
+from workers.contracts import SLO, ObjectiveMode, TrialResult, TrialSpec, Workload
+
+__all__ = [
+    "BestConfig",
+    "CardRecord",
+    "Conflict",
+    "NotFound",
+    "OrphanTrial",
+    "Page",
+    "SchemaMissing",
+    "StorageError",
+    "StorageUnavailable",
+    "Store",
+    "SweepRecord",
+    "SweepStatus",
+    "TrialRecord",
+    "Verdict",
+    "WorkloadRecord",
+    "slo_key",
+    "study_name_for",
+]
+
+SweepStatus = Literal["queued", "running", "done", "failed", "cancelled"]
+Verdict = Literal["supported", "rejected", "inconclusive"]
+
+# Which states a sweep may enter a state from. "queued" from failed/cancelled is resume.
+_SWEEP_SOURCES: dict[str, tuple[str, ...]] = {
+    "queued": ("failed", "cancelled"),
+    "running": ("queued",),
+    "done": ("running",),
+    "failed": ("queued", "running"),
+    "cancelled": ("queued", "running"),
+}
+_TERMINAL = ("done", "failed", "cancelled")
+
+
+def study_name_for(sweep_id: int) -> str:
+    """The Optuna study name a sweep gets unless told otherwise."""
+    return f"slotune-sweep-{sweep_id}"
+
+
+def slo_key(slo: SLO) -> str:
+    """Canonical JSON of an SLO (sorted keys, no unset targets): equal SLOs, equal keys."""
+    return json.dumps(slo.model_dump(mode="json", exclude_none=True), sort_keys=True,
+                      separators=(",", ":"))
+
+
+class Store:
+    """Sessions over one database. Thread-safe: each call opens its own session.
+
+    ``Store(url)`` or ``Store.from_settings()``; ``close()`` (or ``with Store(...)``)
+    releases the connection pool.
+    """
+
+    def __init__(self, url: str, *, echo: bool = False) -> None:
+        self._url = url
+        self._engine = make_engine(url, echo=echo)
+        self._sessions = sessionmaker(self._engine, expire_on_commit=False)
+
+    @classmethod
+    def from_settings(cls, settings: Settings | None = None) -> Store:
+        settings = settings or get_settings()
+        return cls(settings.database.url, echo=settings.database.echo)
+
+    @property
+    def url(self) -> str:
+        """The database URL, password redacted (safe to log)."""
+        return redact_url(self._url)
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def _session(self) -> AbstractContextManager[Session]:
+        return session_scope(self._sessions, self._url)
+
+    # --- workloads ---------------------------------------------------------------------
+
+    def upsert_workload(self, workload: Workload) -> WorkloadRecord:
+        """Store ``workload`` under its name; an existing one gets the new spec."""
+        with self._session() as session:
+            row = _upsert_workload(session, workload)
+            session.flush()
+            return WorkloadRecord.model_validate(row)
+
+    def get_workload(self, name: str) -> WorkloadRecord:
+        with self._session() as session:
+            return WorkloadRecord.model_validate(_workload_by_name(session, name))
+
+    def list_workloads(self) -> list[WorkloadRecord]:
+        with self._session() as session:
+            rows = session.scalars(select(WorkloadRow).order_by(WorkloadRow.name))
+            return [WorkloadRecord.model_validate(row) for row in rows]
+
+    # --- sweeps --------------------------------------------------------------------------
+
+    def create_sweep(
+        self,
+        *,
+        name: str,
+        workload: Workload,
+        slo: SLO,
+        space: Mapping[str, Any],
+        model: str,
+        gpu: str,
+        strategy: str,
+        mode: ObjectiveMode = "goodput",
+        budget: Mapping[str, Any] | None = None,
+        owner: str | None = None,
+        optuna_study_name: str | None = None,
+    ) -> SweepRecord:
+        """A new ``queued`` sweep; its workload is stored (upserted) in the same write.
+
+        ``optuna_study_name`` defaults to :func:`study_name_for` of the new id; a name
+        already used by another sweep is a :class:`Conflict`.
+        """
+        with self._session() as session:
+            workload_row = _upsert_workload(session, workload)
+            sweep = Sweep(
+                name=name, workload_id=workload_row.id, space=dict(space),
+                slo=slo.model_dump(mode="json"), slo_key=slo_key(slo), model=model, gpu=gpu,
+                strategy=strategy, mode=mode, status="queued", budget=dict(budget or {}),
+                progress={}, owner=owner, optuna_study_name=optuna_study_name,
+            )
+            session.add(sweep)
+            session.flush()
+            if sweep.optuna_study_name is None:
+                sweep.optuna_study_name = study_name_for(sweep.id)
+                session.flush()
+            return _sweep_record(sweep, workload_row.name)
+
+    def get_sweep(self, sweep_id: int) -> SweepRecord:
+        with self._session() as session:
+            return _sweep_record(*_sweep_with_workload(session, sweep_id))
+
+    def list_sweeps(
+        self,
+        *,
+        status: SweepStatus | Sequence[SweepStatus] | None = None,
+        workload: str | None = None,
+        owner: str | None = None,
+        offset: int = 0,
+        limit: int | None = 50,
+    ) -> Page[SweepRecord]:
+        """Sweeps, newest first, filtered; ``count`` is the total before paging."""
+        filters: list[ColumnElement[bool]] = []
+        if status is not None:
+            statuses = [status] if isinstance(status, str) else list(status)
+            filters.append(Sweep.status.in_(statuses))
+        if workload is not None:
+            filters.append(WorkloadRow.name == workload)
+        if owner is not None:
+            filters.append(Sweep.owner == owner)
+        query = (select(Sweep, WorkloadRow.name).join(WorkloadRow, Sweep.workload_id
+                                                      == WorkloadRow.id).where(*filters))
+        with self._session() as session:
+            count = _count(session, query)
+            page = query.order_by(Sweep.created_at.desc(), Sweep.id.desc()).offset(offset)
+            if limit is not None:
+                page = page.limit(limit)
+            rows = session.execute(page).tuples().all()
+            return Page(data=[_sweep_record(s, n) for s, n in rows], count=count)
+
+    def claim_sweep(self, sweep_id: int, coordinator: str, *,
+                    stale_after_s: float | None = None) -> SweepRecord | None:
+        """Make ``coordinator`` the one running this sweep; None if someone else holds it.
+
+        A queued sweep is claimed (→ running). A running one is claimed again by the
+        same coordinator (a restart under the same id), or taken over when its holder's
+        heartbeat is older than ``stale_after_s`` (its coordinator died: resume).
+        """
+        now = utcnow()
+        takeover: list[ColumnElement[bool]] = [Sweep.claimed_by == coordinator]
+        if stale_after_s is not None:
+            cutoff = now - timedelta(seconds=stale_after_s)
+            takeover += [Sweep.heartbeat_at.is_(None), Sweep.heartbeat_at < cutoff]
+        claimable = or_(Sweep.status == "queued",
+                        and_(Sweep.status == "running", or_(*takeover)))
+        with self._session() as session:
+            claimed = _rowcount(session, update(Sweep).where(Sweep.id == sweep_id, claimable)
+                                .values(status="running", claimed_by=coordinator,
+                                        heartbeat_at=now,
+                                        started_at=func.coalesce(Sweep.started_at, now)))
+            sweep, name = _sweep_with_workload(session, sweep_id)
+            return _sweep_record(sweep, name) if claimed else None
+
+    def claim_next_sweep(self, coordinator: str, *,
+                         stale_after_s: float | None = None) -> SweepRecord | None:
+        """Claim the oldest queued sweep (or orphaned running one, see :meth:`claim_sweep`)."""
+        filters: list[ColumnElement[bool]] = [Sweep.status == "queued"]
+        if stale_after_s is not None:
+            cutoff = utcnow() - timedelta(seconds=stale_after_s)
+            filters.append(and_(Sweep.status == "running",
+                                or_(Sweep.heartbeat_at.is_(None), Sweep.heartbeat_at < cutoff)))
+        with self._session() as session:
+            candidates = session.scalars(
+                select(Sweep.id).where(or_(*filters)).order_by(Sweep.created_at, Sweep.id)
+                .limit(20)).all()
+        for sweep_id in candidates:  # another coordinator may win a race: try the next
+            claimed = self.claim_sweep(sweep_id, coordinator, stale_after_s=stale_after_s)
+            if claimed is not None:
+                return claimed
+        return None
+
+    def heartbeat_sweep(self, sweep_id: int, coordinator: str) -> None:
+        """Say ``coordinator`` is still running the sweep.
+
+        :class:`Conflict` when it no longer holds it (cancelled, finished, taken over):
+        the coordinator should stop.
+        """
+        with self._session() as session:
+            done = _rowcount(session, update(Sweep).where(
+                Sweep.id == sweep_id, Sweep.status == "running", Sweep.claimed_by == coordinator,
+            ).values(heartbeat_at=utcnow()))
+            if not done:
+                sweep, _ = _sweep_with_workload(session, sweep_id)
+                raise Conflict(f"sweep {sweep_id} is {sweep.status} and held by "
+                               f"{sweep.claimed_by!r}, not {coordinator!r}")
+
+    def update_sweep(
+        self,
+        sweep_id: int,
+        *,
+        status: SweepStatus | None = None,
+        progress: Mapping[str, Any] | None = None,
+        stop_reason: str | None = None,
+        optuna_study_name: str | None = None,
+    ) -> SweepRecord:
+        """Change what is given. A status change must be allowed from the current status
+        (queued → running → done/failed; queued/running → cancelled; failed/cancelled →
+        queued to resume), else :class:`Conflict` — e.g. a cancelled sweep stays cancelled
+        when its coordinator reports ``done`` a moment later."""
+        values: dict[str, Any] = {}
+        if progress is not None:
+            values["progress"] = dict(progress)
+        if stop_reason is not None:
+            values["stop_reason"] = stop_reason
+        if optuna_study_name is not None:
+            values["optuna_study_name"] = optuna_study_name
+        where: list[ColumnElement[bool]] = [Sweep.id == sweep_id]
+        if status is not None:
+            if status not in SWEEP_STATUSES:
+                raise ValueError(f"unknown sweep status {status!r}; valid: {SWEEP_STATUSES}")
+            where.append(Sweep.status.in_(_SWEEP_SOURCES[status]))
+            values.update(_status_timestamps(status))
+        with self._session() as session:
+            if values:
+                changed = _rowcount(session, update(Sweep).where(*where).values(**values))
+                if not changed:
+                    sweep, _ = _sweep_with_workload(session, sweep_id)
+                    raise Conflict(f"sweep {sweep_id} is {sweep.status}; it cannot become "
+                                   f"{status}")
+            return _sweep_record(*_sweep_with_workload(session, sweep_id))
+
+    def cancel_sweep(self, sweep_id: int, reason: str = "cancelled") -> SweepRecord:
+        """Mark the sweep cancelled (its coordinator sees it at its next heartbeat).
+
+        Idempotent on a cancelled sweep; :class:`Conflict` on a finished one.
+        """
+        with self._session() as session:
+            sweep, name = _sweep_with_workload(session, sweep_id)
+            if sweep.status == "cancelled":
+                return _sweep_record(sweep, name)
+        return self.update_sweep(sweep_id, status="cancelled", stop_reason=reason)
+
+    def requeue_sweep(self, sweep_id: int) -> SweepRecord:
+        """Resume a failed or cancelled sweep: back to queued for a coordinator to claim."""
+        return self.update_sweep(sweep_id, status="queued")
+
+    # --- trials --------------------------------------------------------------------------
+
+    def start_trial(
+        self,
+        sweep_id: int,
+        *,
+        number: int,
+        params: Mapping[str, Any],
+        spec: TrialSpec | None = None,
+        attempt: int = 1,
+        worker: str | None = None,
+        node: str | None = None,
+        status: Literal["pending", "running"] = "running",
+    ) -> TrialRecord:
+        """Record Optuna trial ``number`` (attempt ``attempt``) as running on ``worker``.
+
+        ``config`` is stored as the spec's full engine flags (fixed args + knobs), else
+        the params. The same (sweep, number, attempt) twice is a :class:`Conflict`.
+        """
+        now = utcnow()
+        config = dict(spec.engine_flags) if spec is not None else dict(params)
+        with self._session() as session:
+            _sweep_with_workload(session, sweep_id)  # NotFound rather than an FK error
+            trial = SweepTrial(
+                sweep_id=sweep_id, number=number, attempt=attempt, params=dict(params),
+                config=config, spec=spec.model_dump(mode="json") if spec else None,
+                status=status, confirmed=False, worker=worker, node=node,
+                started_at=now if status == "running" else None, heartbeat_at=now,
+            )
+            session.add(trial)
+            session.flush()
+            return TrialRecord.model_validate(trial)
+
+    def heartbeat_trial(self, trial_id: int) -> None:
+        """The trial is still being worked on; :class:`Conflict` once it has finished or is
+        lost (its params were handed back for re-enqueue: stop and drop the result)."""
+        with self._session() as session:
+            done = _rowcount(session, update(SweepTrial).where(
+                SweepTrial.id == trial_id, SweepTrial.status.in_(UNFINISHED_TRIAL_STATUSES),
+            ).values(heartbeat_at=utcnow()))
+            if not done:
+                trial = _get(session, SweepTrial, trial_id, "trial")
+                raise Conflict(f"trial {trial_id} is {trial.status}")
+
+    def finish_trial(self, trial_id: int, result: TrialResult) -> TrialRecord:
+        """Store what the trial learned: status, failure, objective, capacity, diagnosis,
+        timings, and the whole result as JSON. Only an unfinished trial can finish
+        (:class:`Conflict` otherwise, e.g. after orphan recovery marked it lost)."""
+        now = utcnow()
+        values = {
+            "status": result.status,
+            "failure_class": result.failure,
+            "objective": result.objective,
+            "capacity": result.capacity,
+            "result": result.model_dump(mode="json"),
+            "diagnosis": result.diagnosis,
+            "timings": result.timings.model_dump(mode="json"),
+            "finished_at": now,
+            "heartbeat_at": now,
+        }
+        with self._session() as session:
+            done = _rowcount(session, update(SweepTrial).where(
+                SweepTrial.id == trial_id, SweepTrial.status.in_(UNFINISHED_TRIAL_STATUSES),
+            ).values(**values))
+            trial = _get(session, SweepTrial, trial_id, "trial")
+            if not done:
+                raise Conflict(f"trial {trial_id} is already {trial.status}")
+            session.refresh(trial)
+            return TrialRecord.model_validate(trial)
+
+    def recover_orphans(self, sweep_id: int) -> list[OrphanTrial]:
+        """Mark the sweep's unfinished (pending/running) trials ``lost`` and return them.
+
+        For a coordinator taking over a sweep whose previous coordinator died: the
+        returned params are to be re-enqueued (and the Optuna trials failed). Idempotent:
+        a second call finds nothing unfinished and returns ``[]``; the lost rows keep
+        their params (``list_trials(sweep_id, status="lost")``).
+        """
+        now = utcnow()
+        with self._session() as session:
+            _sweep_with_workload(session, sweep_id)
+            orphans = session.scalars(
+                select(SweepTrial)
+                .where(SweepTrial.sweep_id == sweep_id,
+                       SweepTrial.status.in_(UNFINISHED_TRIAL_STATUSES))
+                .order_by(SweepTrial.number, SweepTrial.attempt)
+                .with_for_update()).all()
+            for trial in orphans:
+                trial.status = "lost"
+                trial.failure_class = "worker_lost"
+                trial.finished_at = now
+            return [OrphanTrial(trial_id=t.id, number=t.number, attempt=t.attempt,
+                                params=t.params) for t in orphans]
+
+    def get_trial(self, trial_id: int) -> TrialRecord:
+        with self._session() as session:
+            return TrialRecord.model_validate(_get(session, SweepTrial, trial_id, "trial"))
+
+    def list_trials(
+        self,
+        sweep_id: int,
+        *,
+        status: str | Sequence[str] | None = None,
+        offset: int = 0,
+        limit: int | None = None,
+    ) -> Page[TrialRecord]:
+        """A sweep's trials by Optuna number then attempt; ``count`` before paging."""
+        query = select(SweepTrial).where(SweepTrial.sweep_id == sweep_id)
+        if status is not None:
+            query = query.where(SweepTrial.status.in_([status] if isinstance(status, str)
+                                                      else list(status)))
+        with self._session() as session:
+            _sweep_with_workload(session, sweep_id)
+            count = _count(session, query)
+            page = query.order_by(SweepTrial.number, SweepTrial.attempt).offset(offset)
+            if limit is not None:
+                page = page.limit(limit)
+            rows = session.scalars(page).all()
+            return Page(data=[TrialRecord.model_validate(r) for r in rows], count=count)
+
+    def mark_confirmed(self, trial_id: int, confirmed: bool = True) -> TrialRecord:
+        """Mark an ``ok`` trial as confirmed (it held up when re-run); it then ranks first
+        in ``best_config_per_workload``."""
+        with self._session() as session:
+            trial = _get(session, SweepTrial, trial_id, "trial")
+            if trial.status != "ok":
+                raise Conflict(f"trial {trial_id} is {trial.status}; only ok trials are "
+                               "confirmed")
+            trial.confirmed = confirmed
+            session.flush()
+            return TrialRecord.model_validate(trial)
+
+    # --- experiment cards ----------------------------------------------------------------
+
+    def add_card(
+        self,
+        sweep_id: int,
+        *,
+        step: int,
+        symptom: str,
+        hypothesis: str,
+        variable: str,
+        values: Sequence[Any],
+        expected_direction: str,
+        evidence: Mapping[str, Any] | None = None,
+        result: Mapping[str, Any] | None = None,
+        verdict: Verdict | None = None,
+        rollback: Any = None,
+    ) -> CardRecord:
+        """One step of a guided sweep; a step number used twice is a :class:`Conflict`."""
+        with self._session() as session:
+            _sweep_with_workload(session, sweep_id)
+            card = ExperimentCard(
+                sweep_id=sweep_id, step=step, symptom=symptom, evidence=dict(evidence or {}),
+                hypothesis=hypothesis, variable=variable, values=list(values),
+                expected_direction=expected_direction,
+                result=dict(result) if result is not None else None, verdict=verdict,
+                rollback=rollback,
+            )
+            session.add(card)
+            session.flush()
+            return CardRecord.model_validate(card)
+
+    def resolve_card(self, card_id: int, *, result: Mapping[str, Any], verdict: Verdict,
+                     rollback: Any = None) -> CardRecord:
+        """Write a card's outcome once its experiment has run."""
+        with self._session() as session:
+            card = _get(session, ExperimentCard, card_id, "experiment card")
+            card.result = dict(result)
+            card.verdict = verdict
+            if rollback is not None:
+                card.rollback = rollback
+            session.flush()
+            return CardRecord.model_validate(card)
+
+    def list_cards(self, sweep_id: int) -> list[CardRecord]:
+        with self._session() as session:
+            _sweep_with_workload(session, sweep_id)
+            rows = session.scalars(select(ExperimentCard).where(
+                ExperimentCard.sweep_id == sweep_id).order_by(ExperimentCard.step))
+            return [CardRecord.model_validate(r) for r in rows]
+
+    # --- best configurations (the view) --------------------------------------------------
+
+    def best_config_per_workload(self) -> list[BestConfig]:
+        """Every row of the ``best_config_per_workload`` view."""
+        view = best_config_view.c
+        query = select(best_config_view).order_by(view.workload, view.model, view.gpu,
+                                                  view.slo)
+        with self._session() as session:
+            rows = session.execute(query).mappings().all()
+            return [BestConfig.model_validate(dict(r)) for r in rows]
+
+    def best_for_workload(self, name: str) -> list[BestConfig]:
+        """The best configuration of workload ``name`` per (model, gpu, slo).
+
+        Empty when nothing was measured ok yet; :class:`NotFound` for an unknown workload.
+        """
+        view = best_config_view.c
+        query = (select(best_config_view).where(view.workload == name)
+                 .order_by(view.model, view.gpu, view.slo))
+        with self._session() as session:
+            _workload_by_name(session, name)
+            rows = session.execute(query).mappings().all()
+            return [BestConfig.model_validate(dict(r)) for r in rows]
+
+
+# --- helpers -------------------------------------------------------------------------------
+
+_M = TypeVar("_M", SweepTrial, ExperimentCard)
+
+
+def _upsert_workload(session: Session, workload: Workload) -> WorkloadRow:
+    spec = workload.model_dump(mode="json")
+    row = session.scalars(select(WorkloadRow).where(WorkloadRow.name == workload.name)
+                          .with_for_update()).one_or_none()
+    if row is None:
+        row = WorkloadRow(name=workload.name, spec=spec)
+        session.add(row)
+    elif row.spec != spec:
+        row.spec = spec
+        row.updated_at = utcnow()
+    session.flush()
+    return row
+
+
+def _workload_by_name(session: Session, name: str) -> WorkloadRow:
+    row = session.scalars(select(WorkloadRow).where(WorkloadRow.name == name)).one_or_none()
+    if row is None:
+        raise NotFound(f"no workload named {name!r}")
+    return row
+
+
+def _sweep_with_workload(session: Session, sweep_id: int) -> tuple[Sweep, str]:
+    row = session.execute(
+        select(Sweep, WorkloadRow.name).join(WorkloadRow, Sweep.workload_id == WorkloadRow.id)
+        .where(Sweep.id == sweep_id).execution_options(populate_existing=True)
+    ).tuples().one_or_none()
+    if row is None:
+        raise NotFound(f"no sweep {sweep_id}")
+    return row
+
+
+def _get(session: Session, model: type[_M], key: int, what: str) -> _M:
+    row = session.get(model, key, populate_existing=True)
+    if row is None:
+        raise NotFound(f"no {what} {key}")
+    return row
+
+
+def _rowcount(session: Session, statement: Update) -> int:
+    """Rows an UPDATE matched: how a conditional state change says whether it happened."""
+    return cast("CursorResult[Any]", session.execute(statement)).rowcount
+
+
+def _count(session: Session, query: Select[*tuple[Any, ...]]) -> int:
+    return session.scalar(select(func.count()).select_from(query.order_by(None).subquery())) or 0
+
+
+def _sweep_record(sweep: Sweep, workload_name: str) -> SweepRecord:
+    columns = {c.key: getattr(sweep, c.key) for c in Sweep.__table__.columns}
+    return SweepRecord.model_validate({**columns, "workload": workload_name})
+
+
+def _status_timestamps(status: str) -> dict[str, Any]:
+    now = utcnow()
+    if status == "running":
+        return {"started_at": func.coalesce(Sweep.started_at, now)}
+    if status in _TERMINAL:
+        return {"finished_at": now}
+    if status == "queued":  # resumed: a fresh run, claimed anew
+        return {"finished_at": None, "stop_reason": None, "claimed_by": None}
+    return {}
