@@ -12,6 +12,8 @@ from collections.abc import Sequence
 
 import typer
 
+from tuner.cli_db import db_app
+
 app = typer.Typer(
     name="slotune",
     help="SLO-constrained search for LLM serving configurations.",
@@ -21,6 +23,7 @@ app = typer.Typer(
 )
 sim_app = typer.Typer(help="The simulated vLLM engine.", no_args_is_help=True)
 app.add_typer(sim_app, name="sim")
+app.add_typer(db_app, name="db")
 
 _PASSTHROUGH = {
     "allow_extra_args": True,
