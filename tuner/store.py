@@ -219,7 +219,7 @@ class Store:
             page = query.order_by(Sweep.created_at.desc(), Sweep.id.desc()).offset(offset)
             if limit is not None:
                 page = page.limit(limit)
-            rows = session.execute(page).tuples().all()
+            rows = session.execute(page).all()
             return Page(data=[_sweep_record(s, n) for s, n in rows], count=count)
 
     def claim_sweep(self, sweep_id: int, coordinator: str, *,
@@ -303,6 +303,7 @@ class Store:
             if status not in SWEEP_STATUSES:
                 raise ValueError(f"unknown sweep status {status!r}; valid: {SWEEP_STATUSES}")
             where.append(Sweep.status.in_(_SWEEP_SOURCES[status]))
+            values["status"] = status
             values.update(_status_timestamps(status))
         with self._session() as session:
             if values:
@@ -565,7 +566,7 @@ def _sweep_with_workload(session: Session, sweep_id: int) -> tuple[Sweep, str]:
     row = session.execute(
         select(Sweep, WorkloadRow.name).join(WorkloadRow, Sweep.workload_id == WorkloadRow.id)
         .where(Sweep.id == sweep_id).execution_options(populate_existing=True)
-    ).tuples().one_or_none()
+    ).one_or_none()
     if row is None:
         raise NotFound(f"no sweep {sweep_id}")
     return row

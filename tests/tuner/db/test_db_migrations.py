@@ -1,0 +1,121 @@
+"""Migrations on both backends: up, down, up again; the models agree with them; the
+CLI runs them; Optuna's tables in the same database are never touched."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import inspect
+
+from tuner.db import migrate
+from tuner.db.errors import MigrationError, StorageUnavailable
+from tuner.db.models import BEST_CONFIG_VIEW, OUR_TABLES, Base
+from tuner.db.optuna_storage import create_or_load_study, optuna_storage
+from tuner.db.session import make_engine
+
+OURS = {*OUR_TABLES, migrate.VERSION_TABLE}
+
+
+def _tables_and_views(url: str) -> tuple[set[str], set[str]]:
+    engine = make_engine(url)
+    try:
+        inspector = inspect(engine)
+        return set(inspector.get_table_names()), set(inspector.get_view_names())
+    finally:
+        engine.dispose()
+
+
+def test_upgrade_downgrade_upgrade(empty_url: str) -> None:
+    assert migrate.current_revision(empty_url) is None
+
+    migrate.upgrade(empty_url)
+    tables, views = _tables_and_views(empty_url)
+    assert tables >= OURS
+    assert BEST_CONFIG_VIEW in views
+    assert migrate.current_revision(empty_url) == migrate.head_revision()
+
+    migrate.downgrade(empty_url, "base")
+    tables, views = _tables_and_views(empty_url)
+    assert not (set(OUR_TABLES) & tables)
+    assert BEST_CONFIG_VIEW not in views
+    assert migrate.current_revision(empty_url) is None
+
+    migrate.upgrade(empty_url)
+    tables, views = _tables_and_views(empty_url)
+    assert tables >= OURS and BEST_CONFIG_VIEW in views
+
+
+def test_models_match_the_migrations(migrated_url: str) -> None:
+    engine = make_engine(migrated_url)
+    try:
+        with engine.connect() as conn:
+            context = MigrationContext.configure(conn, opts={
+                "compare_type": True,
+                "include_object": lambda obj, name, type_, reflected, other:
+                    type_ != "table" or name in OUR_TABLES,
+            })
+            assert compare_metadata(context, Base.metadata) == []
+    finally:
+        engine.dispose()
+
+
+def test_optuna_and_our_schema_coexist_both_orders(empty_url: str) -> None:
+    import optuna
+
+    # Optuna first (it stamps its own alembic_version), then ours on top.
+    create_or_load_study("before-ours", url=empty_url)
+    migrate.upgrade(empty_url)
+    tables, _ = _tables_and_views(empty_url)
+    assert {"studies", "trials", "alembic_version"} <= tables
+    assert tables >= OURS
+
+    # Our downgrade drops only ours: Optuna's studies survive it.
+    migrate.downgrade(empty_url, "base")
+    tables, _ = _tables_and_views(empty_url)
+    assert {"studies", "trials", "alembic_version"} <= tables
+    assert not (set(OUR_TABLES) & tables)
+    assert "before-ours" in optuna.get_all_study_names(optuna_storage(empty_url))
+
+    # Ours again, then Optuna opens the same database without complaint.
+    migrate.upgrade(empty_url)
+    create_or_load_study("after-ours", url=empty_url)
+    names = optuna.get_all_study_names(optuna_storage(empty_url))
+    assert {"before-ours", "after-ours"} <= set(names)
+
+
+def test_cli_db_upgrade_and_downgrade(empty_url: str,
+                                      venv_script: Callable[[str], Path]) -> None:
+    slotune = str(venv_script("slotune"))
+    up = subprocess.run([slotune, "db", "upgrade", "--database-url", empty_url],
+                        capture_output=True, text=True, timeout=60)
+    assert up.returncode == 0, up.stderr
+    assert migrate.current_revision(empty_url) == migrate.head_revision()
+
+    down = subprocess.run([slotune, "db", "downgrade", "base", "--database-url", empty_url],
+                          capture_output=True, text=True, timeout=60)
+    assert down.returncode == 0, down.stderr
+    assert migrate.current_revision(empty_url) is None
+
+
+def test_cli_unreachable_database_is_one_redacted_line(
+        venv_script: Callable[[str], Path]) -> None:
+    url = "postgresql://slotune:hunter2@127.0.0.1:1/nowhere"
+    run = subprocess.run([str(venv_script("slotune")), "db", "upgrade", "--database-url", url],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 1
+    assert "hunter2" not in run.stderr + run.stdout
+    assert "Traceback" not in run.stderr
+    assert "unavailable" in run.stderr
+
+
+def test_unreachable_and_unknown_revision_are_storage_errors(empty_url: str) -> None:
+    with pytest.raises(StorageUnavailable) as unreachable:
+        migrate.upgrade("postgresql://slotune:hunter2@127.0.0.1:1/nowhere")
+    assert "hunter2" not in str(unreachable.value)
+    with pytest.raises(MigrationError):
+        migrate.upgrade(empty_url, "no-such-revision")

@@ -1,0 +1,273 @@
+"""The store's contract, one suite for SQLite and Postgres (see conftest)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from tuner.store import (
+    Conflict,
+    NotFound,
+    SchemaMissing,
+    StorageError,
+    StorageUnavailable,
+    Store,
+    SweepRecord,
+)
+from workers.contracts import SLO, TrialResult, TrialSpec, Workload
+
+SLO_A = SLO(ttft=300, tpot=50)
+SLO_B = SLO(ttft=1000, tpot=100)
+
+
+def _sweep(store: Store, *, workload: str = "chat", slo: SLO = SLO_A, model: str = "m-8b",
+           gpu: str = "h100-sxm", name: str = "s", owner: str | None = None) -> SweepRecord:
+    return store.create_sweep(
+        name=name, workload=Workload(name=workload), slo=slo, space={"knobs": ["x"]},
+        model=model, gpu=gpu, strategy="tpe", budget={"max_trials": 10}, owner=owner)
+
+
+def _ok(objective: float, **extra: Any) -> TrialResult:
+    return TrialResult(trial_id="t", status="ok", objective=objective, gate_passed=True,
+                       **extra)
+
+
+def _measured(store: Store, sweep_id: int, number: int, objective: float,
+              params: dict[str, Any] | None = None) -> int:
+    trial = store.start_trial(sweep_id, number=number, params=params or {"n": number})
+    store.finish_trial(trial.id, _ok(objective))
+    return trial.id
+
+
+# --- workloads and sweeps --------------------------------------------------------------
+
+
+def test_upsert_workload_updates_the_spec(store: Store) -> None:
+    first = store.upsert_workload(Workload(name="rag", num_prompts=10))
+    second = store.upsert_workload(Workload(name="rag", num_prompts=20))
+    assert first.id == second.id
+    assert store.get_workload("rag").spec["num_prompts"] == 20
+    assert [w.name for w in store.list_workloads()] == ["rag"]
+    with pytest.raises(NotFound):
+        store.get_workload("nope")
+
+
+def test_create_get_list_sweeps_with_filters_and_pages(store: Store) -> None:
+    made = [_sweep(store, name=f"s{i}", workload="chat" if i % 2 else "rag",
+                   owner="ann" if i < 3 else "bob") for i in range(5)]
+    got = store.get_sweep(made[0].id)
+    assert got.status == "queued" and got.workload == "rag"
+    assert got.slo_key == '{"percentile":99.0,"tpot":50.0,"ttft":300.0}'
+    assert got.optuna_study_name == f"slotune-sweep-{got.id}"
+
+    page = store.list_sweeps(limit=2)
+    assert page.count == 5 and [s.name for s in page.data] == ["s4", "s3"]  # newest first
+    assert [s.name for s in store.list_sweeps(limit=2, offset=4).data] == ["s0"]
+    assert store.list_sweeps(workload="chat").count == 2
+    assert store.list_sweeps(owner="ann", workload="rag").count == 2
+    store.cancel_sweep(made[1].id)
+    assert [s.name for s in store.list_sweeps(status="cancelled").data] == ["s1"]
+    assert store.list_sweeps(status=["queued", "cancelled"]).count == 5
+    with pytest.raises(NotFound):
+        store.get_sweep(10_000)
+
+
+def test_claim_is_exclusive_until_the_holder_goes_stale(store: Store) -> None:
+    sweep = _sweep(store)
+    claimed = store.claim_sweep(sweep.id, "coord-a")
+    assert claimed is not None and claimed.status == "running"
+    assert claimed.claimed_by == "coord-a" and claimed.started_at is not None
+    assert store.claim_sweep(sweep.id, "coord-b") is None
+    assert store.claim_sweep(sweep.id, "coord-b", stale_after_s=3600) is None
+    assert store.claim_sweep(sweep.id, "coord-a") is not None  # same coordinator, restarted
+
+    time.sleep(0.05)
+    taken = store.claim_sweep(sweep.id, "coord-b", stale_after_s=0.01)
+    assert taken is not None and taken.claimed_by == "coord-b"
+    assert taken.started_at == claimed.started_at  # a takeover is not a new start
+    with pytest.raises(Conflict):
+        store.heartbeat_sweep(sweep.id, "coord-a")  # a's heartbeat tells it to stop
+    store.heartbeat_sweep(sweep.id, "coord-b")
+
+
+def test_claim_next_takes_the_oldest_queued(store: Store) -> None:
+    first, second = _sweep(store, name="first"), _sweep(store, name="second")
+    got = store.claim_next_sweep("c1")
+    assert got is not None and got.id == first.id
+    got = store.claim_next_sweep("c2")
+    assert got is not None and got.id == second.id
+    assert store.claim_next_sweep("c3") is None
+
+
+def test_cancel_and_status_transitions(store: Store) -> None:
+    sweep = _sweep(store)
+    assert store.claim_sweep(sweep.id, "c") is not None
+    cancelled = store.cancel_sweep(sweep.id, "user asked")
+    assert cancelled.status == "cancelled" and cancelled.stop_reason == "user asked"
+    assert cancelled.finished_at is not None
+    assert store.cancel_sweep(sweep.id).status == "cancelled"  # idempotent
+    with pytest.raises(Conflict):  # the coordinator's late "done" does not undo the cancel
+        store.update_sweep(sweep.id, status="done")
+    with pytest.raises(Conflict):
+        store.heartbeat_sweep(sweep.id, "c")
+
+    resumed = store.requeue_sweep(sweep.id)
+    assert resumed.status == "queued" and resumed.finished_at is None
+    assert store.claim_sweep(sweep.id, "c") is not None
+    done = store.update_sweep(sweep.id, status="done", stop_reason="plateau",
+                              progress={"trials": 7, "best": 12.5})
+    assert (done.status, done.stop_reason, done.progress) == ("done", "plateau",
+                                                              {"trials": 7, "best": 12.5})
+    with pytest.raises(Conflict):
+        store.cancel_sweep(sweep.id)
+
+
+# --- trials ----------------------------------------------------------------------------
+
+
+def test_trial_lifecycle_keeps_the_whole_result(store: Store) -> None:
+    sweep = _sweep(store)
+    spec = TrialSpec(trial_id="1-0", model="m-8b", knobs={"max_num_seqs": 64},
+                     engine_args={"max_model_len": 4096, "max_num_seqs": 256},
+                     workload=Workload(name="chat"), slo=SLO_A)
+    trial = store.start_trial(sweep.id, number=0, params={"max_num_seqs": 64}, spec=spec,
+                              worker="w-1", node="gpu-node-3")
+    assert trial.status == "running" and trial.heartbeat_at is not None
+    assert trial.config == {"max_model_len": 4096, "max_num_seqs": 64}
+    store.heartbeat_trial(trial.id)
+
+    result = _ok(12.5, capacity=14.0, diagnosis={"binding": "decode"},
+                 metrics={"p99_ttft_ms": 210.0, "request_rate": float("inf")})
+    done = store.finish_trial(trial.id, result)
+    assert (done.status, done.objective, done.capacity) == ("ok", 12.5, 14.0)
+    assert done.diagnosis == {"binding": "decode"} and done.finished_at is not None
+    assert done.timings is not None and "total_s" in done.timings
+    assert done.result is not None
+    assert TrialResult.model_validate(done.result).metrics["p99_ttft_ms"] == 210.0
+
+    failed = store.start_trial(sweep.id, number=1, params={"max_num_seqs": 4096})
+    record = store.finish_trial(failed.id, TrialResult(
+        trial_id="t", status="failed", failure="oom", constraints={"fits": 1.0}))
+    assert (record.status, record.failure_class, record.objective) == ("failed", "oom", 0.0)
+
+    with pytest.raises(Conflict):
+        store.finish_trial(trial.id, result)  # once only
+    with pytest.raises(Conflict):
+        store.heartbeat_trial(trial.id)
+    page = store.list_trials(sweep.id)
+    assert page.count == 2 and [t.number for t in page.data] == [0, 1]
+    assert store.list_trials(sweep.id, status="failed").count == 1
+    with pytest.raises(NotFound):
+        store.start_trial(10_000, number=0, params={})
+
+
+def test_duplicate_trial_attempt_is_a_conflict(store: Store) -> None:
+    sweep = _sweep(store)
+    store.start_trial(sweep.id, number=3, params={"a": 1})
+    with pytest.raises(Conflict) as info:
+        store.start_trial(sweep.id, number=3, params={"a": 1})
+    assert isinstance(info.value.__cause__, Exception)  # raised from the driver's error
+    store.start_trial(sweep.id, number=3, params={"a": 1}, attempt=2)  # a retry is fine
+
+
+def test_orphan_recovery_returns_exactly_the_unfinished_and_is_idempotent(store: Store) -> None:
+    sweep, other = _sweep(store), _sweep(store, name="other")
+    _measured(store, sweep.id, 0, 5.0)
+    running = [store.start_trial(sweep.id, number=n, params={"max_num_seqs": 2 ** n})
+               for n in (1, 2)]
+    store.start_trial(other.id, number=0, params={"untouched": True})
+
+    orphans = store.recover_orphans(sweep.id)
+    assert [(o.trial_id, o.params) for o in orphans] == [(t.id, t.params) for t in running]
+    assert store.recover_orphans(sweep.id) == []
+    lost = store.list_trials(sweep.id, status="lost").data
+    assert {t.id for t in lost} == {t.id for t in running}
+    assert all(t.failure_class == "worker_lost" for t in lost)
+    assert store.list_trials(other.id, status="running").count == 1
+    with pytest.raises(Conflict):  # a late result of a lost trial is refused
+        store.finish_trial(running[0].id, _ok(99.0))
+
+
+# --- the view --------------------------------------------------------------------------
+
+
+def test_view_picks_confirmed_first_then_highest_objective(store: Store) -> None:
+    chat = _sweep(store)
+    low = _measured(store, chat.id, 0, 10.0, {"max_num_seqs": 64})
+    _measured(store, chat.id, 1, 30.0, {"max_num_seqs": 256})
+    failed = store.start_trial(chat.id, number=2, params={"max_num_seqs": 4096})
+    store.finish_trial(failed.id, TrialResult(trial_id="t", status="failed", failure="oom",
+                                              objective=0.0))
+
+    best = store.best_for_workload("chat")
+    assert len(best) == 1 and best[0].objective == 30.0
+    assert best[0].config == {"max_num_seqs": 256} and not best[0].confirmed
+
+    store.mark_confirmed(low)
+    best = store.best_for_workload("chat")
+    assert (best[0].trial_id, best[0].confirmed, best[0].objective) == (low, True, 10.0)
+    assert (best[0].model, best[0].gpu) == ("m-8b", "h100-sxm")
+    assert best[0].measured_at is not None
+    with pytest.raises(Conflict):
+        store.mark_confirmed(failed.id)
+
+
+def test_view_has_one_row_per_workload_model_gpu_slo(store: Store) -> None:
+    _measured(store, _sweep(store, workload="chat").id, 0, 10.0)
+    _measured(store, _sweep(store, workload="chat", slo=SLO_B).id, 0, 20.0)
+    _measured(store, _sweep(store, workload="chat", gpu="a100").id, 0, 5.0)
+    _measured(store, _sweep(store, workload="rag").id, 0, 7.0)
+    only_failed = _sweep(store, workload="codegen")
+    trial = store.start_trial(only_failed.id, number=0, params={})
+    store.finish_trial(trial.id, TrialResult(trial_id="t", status="infeasible",
+                                             violated_rule="x >= y"))
+
+    rows = store.best_config_per_workload()
+    keys = [(r.workload, r.gpu, r.slo, r.objective) for r in rows]
+    assert len(keys) == 4
+    assert ("rag", "h100-sxm", rows[-1].slo, 7.0) in keys
+    assert {r.objective for r in rows if r.workload == "chat"} == {10.0, 20.0, 5.0}
+    assert store.best_for_workload("codegen") == []
+    with pytest.raises(NotFound):
+        store.best_for_workload("no-such-workload")
+
+
+# --- experiment cards --------------------------------------------------------------------
+
+
+def test_cards_are_added_resolved_and_listed_in_step_order(store: Store) -> None:
+    sweep = _sweep(store)
+    for step in (2, 1):
+        store.add_card(sweep.id, step=step, symptom="p99 TPOT over target",
+                       evidence={"p99_tpot_ms": 61.0}, hypothesis="decode-bound",
+                       variable="max_num_seqs", values=[128, 64],
+                       expected_direction="decrease")
+    cards = store.list_cards(sweep.id)
+    assert [c.step for c in cards] == [1, 2] and cards[0].verdict is None
+    resolved = store.resolve_card(cards[0].id, result={"goodput": [9.0, 11.0]},
+                                  verdict="supported", rollback={"max_num_seqs": 128})
+    assert resolved.verdict == "supported" and resolved.rollback == {"max_num_seqs": 128}
+    with pytest.raises(Conflict):
+        store.add_card(sweep.id, step=1, symptom="s", hypothesis="h", variable="v",
+                       values=[], expected_direction="increase")
+
+
+# --- errors ------------------------------------------------------------------------------
+
+
+def test_unreachable_database_is_unavailable_with_the_password_hidden() -> None:
+    with Store("postgresql://slotune:hunter2@127.0.0.1:1/slotune") as store, \
+            pytest.raises(StorageUnavailable) as info:
+        store.list_sweeps()
+    message = str(info.value)
+    assert "hunter2" not in message and "127.0.0.1:1" in message and "***" in message
+    assert info.value.__cause__ is not None
+
+
+def test_missing_schema_says_run_the_migrations(empty_url: str) -> None:
+    with Store(empty_url) as store, pytest.raises(SchemaMissing) as info:
+        store.get_sweep(1)
+    assert "slotune db upgrade" in str(info.value)
+    assert isinstance(info.value, StorageError)
