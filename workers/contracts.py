@@ -10,6 +10,7 @@ errors, and every error names its field.
 from __future__ import annotations
 
 import math
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -321,6 +322,8 @@ class PhaseTimings(_Strict):
     measure_s: float | None = None
     teardown_s: float | None = None
     total_s: float = 0.0
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
 
 
 class EngineFacts(_Strict):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -428,16 +429,20 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                         help='JSON, e.g. \'{"method":"ngram","num_speculative_tokens":5}\'')
     parser.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
     parser.add_argument("--block-size", type=int, default=DEFAULT_BLOCK_SIZE)
-    parser.add_argument("--enforce-eager", action="store_true")
+    _bool_flag(parser, "enforce-eager", False, "run without CUDA graphs")
     parser.add_argument("--load-format", default="auto")
-    parser.add_argument("--sim-gpu", choices=SIM_GPUS, default="h100-sxm",
-                        help="the simulated GPU type")
-    parser.add_argument("--sim-seed", type=int, default=0)
-    parser.add_argument("--sim-noise", type=float, default=0.0,
+    # The --sim-* defaults can come from SLOTUNE_SIM_* variables, so a launcher that only
+    # speaks vLLM's flags (the vllm adapter pointed at this entry) can still pick them.
+    env = os.environ.get
+    parser.add_argument("--sim-gpu", choices=SIM_GPUS, default=env("SLOTUNE_SIM_GPU", "h100-sxm"),
+                        help="the simulated GPU type (env SLOTUNE_SIM_GPU)")
+    parser.add_argument("--sim-seed", type=int, default=int(env("SLOTUNE_SIM_SEED", "0")))
+    parser.add_argument("--sim-noise", type=float, default=float(env("SLOTUNE_SIM_NOISE", "0")),
                         help="run-to-run jitter of step times (relative std dev); 0 = exact")
-    parser.add_argument("--sim-time-scale", type=float, default=1.0,
+    parser.add_argument("--sim-time-scale", type=float,
+                        default=float(env("SLOTUNE_SIM_TIME_SCALE", "1")),
                         help="run the real-time driver this many times faster than real time")
-    parser.add_argument("--sim-cost-model", default="roofline")
+    parser.add_argument("--sim-cost-model", default=env("SLOTUNE_SIM_COST_MODEL", "roofline"))
     parser.add_argument("--sim-acceptance-rate", type=float, default=0.6,
                         help="speculative decoding: probability each proposed token is accepted")
     parser.add_argument("--sim-startup-delay", type=float, default=None,

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import sys
 import time
 import uuid
@@ -234,6 +235,9 @@ class SimServer:
     async def _generate(self, kind: str, ids: list[int], body: _GenerationParams,
                         max_tokens: int | None, request: Request, *, chat: bool) -> Response:
         engine = self._engine()
+        if engine.crashed:
+            return error_body(f"The engine is dead: {engine.crashed}", status=500,
+                              err_type="InternalServerError")
         if not self.ready:
             return error_body("The engine is still loading.", status=503,
                               err_type="ServiceUnavailableError")
@@ -355,6 +359,8 @@ def serve_from_args(args: argparse.Namespace) -> int:
         log.error("EngineCore failed to start.")
         print(f"ValueError: {exc}", file=sys.stderr, flush=True)
         return 1
+    # vLLM would see these devices; the trial worker reads the line back as a fact.
+    log.info("CUDA_VISIBLE_DEVICES=%s", os.environ.get("CUDA_VISIBLE_DEVICES", ""))
     for line in startup_log_lines(config, plan):
         log.info(line)
     delay = args.sim_startup_delay

@@ -1,0 +1,193 @@
+"""One contract, one suite: every engine adapter boots, reports, refuses and cleans up alike.
+
+The vllm adapter runs against the simulated engine's vLLM-compatible entry
+(``slotune-sim serve MODEL --vllm-flags``), so the argv vLLM would receive is what runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.procscan import engine_pids
+from workers.contracts import SLO, SimOptions, TrialSpec, TrialTimeouts, Workload
+from workers.engines import (
+    EngineAdapter,
+    EngineFailure,
+    EngineState,
+    InvalidEngineArgs,
+    flag_args,
+    make_engine,
+    parse_startup_log,
+    redact_argv,
+)
+
+QWEN7B = "Qwen/Qwen2.5-7B-Instruct"
+SIM_BINARY = str(Path(sys.executable).with_name("slotune-sim"))
+ADAPTERS = ["sim", "vllm"]
+
+
+def make_spec(engine: str, **overrides: object) -> TrialSpec:
+    base: dict[str, object] = {
+        "trial_id": f"adapter-{uuid.uuid4().hex[:8]}", "engine": engine, "model": QWEN7B,
+        "knobs": {"max_num_seqs": 64, "enable_prefix_caching": False},
+        "workload": Workload(), "slo": SLO(ttft=300),
+        "sim": SimOptions(gpu="rtx4090"), "timeouts": TrialTimeouts(startup_s=30),
+        "vllm_binary": SIM_BINARY,
+        # The simulator takes its --sim-* settings from the environment when driven as vllm.
+        "env_passthrough": ("SLOTUNE_SIM_GPU", "HF_TOKEN"),
+    }
+    base.update(overrides)
+    return TrialSpec.model_validate(base)
+
+
+@pytest.fixture(autouse=True)
+def _sim_gpu_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLOTUNE_SIM_GPU", "rtx4090")
+
+
+def _ready(engine: EngineAdapter, timeout: float = 30) -> None:
+    engine.start()
+    asyncio.run(engine.wait_ready(timeout))
+
+
+@pytest.mark.parametrize("kind", ADAPTERS)
+class TestAdapterContract:
+    def test_boots_reports_and_tears_down_its_whole_group(self, kind: str,
+                                                         tmp_path: Path) -> None:
+        spec = make_spec(kind)
+        with make_engine(spec, tmp_path, gpu_ids=["2", "3"]) as engine:
+            assert engine.state is EngineState.CREATED
+            _ready(engine)
+            assert engine.state is EngineState.READY
+            assert engine_pids(spec.trial_id)
+            facts = engine.facts()
+            assert facts.kv_cache_tokens is not None and facts.kv_cache_tokens > 10_000
+            assert facts.max_concurrency is not None
+            assert {"load_weights", "graph_capture"} <= set(facts.startup_phases_s)
+            # The engine itself saw the GPUs it was given.
+            assert facts.gpu_ids == ("2", "3")
+            assert facts.argv[0] in (sys.executable, SIM_BINARY)
+            assert "--no-enable-prefix-caching" in facts.argv
+            engine.stop()
+            assert engine.state is EngineState.STOPPED
+            assert engine_pids(spec.trial_id) == []
+            engine.stop()  # idempotent
+        assert engine_pids(spec.trial_id) == []
+
+    def test_refused_configuration_is_invalid_config_in_seconds(self, kind: str,
+                                                              tmp_path: Path) -> None:
+        spec = make_spec(kind, knobs={"max_num_seqs": 512, "max_num_batched_tokens": 256})
+        start = time.monotonic()
+        with make_engine(spec, tmp_path) as engine, pytest.raises(EngineFailure) as info:
+            _ready(engine, timeout=600)
+        assert time.monotonic() - start < 10
+        assert info.value.failure == "invalid_config"
+        assert info.value.exit_code not in (None, 0)
+        assert "max_num_batched_tokens (256) must be greater than or equal to max_num_seqs " \
+               "(512)." in (info.value.log_tail or "")
+        assert engine.state is EngineState.FAILED
+        assert engine_pids(spec.trial_id) == []
+
+    def test_memory_refusal_is_oom(self, kind: str, tmp_path: Path) -> None:
+        spec = make_spec(kind, knobs={"gpu_memory_utilization": 0.5})
+        with make_engine(spec, tmp_path) as engine, pytest.raises(EngineFailure) as info:
+            _ready(engine)
+        assert info.value.failure == "oom"
+        assert "No available memory for the cache blocks" in (info.value.log_tail or "")
+
+    def test_startup_timeout_kills_the_engine(self, kind: str, tmp_path: Path) -> None:
+        spec = make_spec(kind)
+        with make_engine(spec, tmp_path) as engine, pytest.raises(EngineFailure) as info:
+            _ready(engine, timeout=0.05)
+        assert info.value.failure == "startup_timeout"
+        assert engine_pids(spec.trial_id) == []
+
+    def test_unknown_arguments_are_refused_unless_declared(self, kind: str,
+                                                         tmp_path: Path) -> None:
+        spec = make_spec(kind, knobs={"max_num_seqs": 8, "frobnicate": True})
+        with pytest.raises(InvalidEngineArgs, match="frobnicate"):
+            make_engine(spec, tmp_path).argv(8000)
+        declared = make_spec(kind, knobs={"frobnicate": True}, allowed_extra_args=("frobnicate",))
+        assert "--frobnicate" in make_engine(declared, tmp_path).argv(8000)
+
+    def test_a_dead_engine_is_noticed_at_once(self, kind: str, tmp_path: Path) -> None:
+        spec = make_spec(kind)
+        with make_engine(spec, tmp_path) as engine:
+            _ready(engine)
+            assert engine.proc is not None
+            os.kill(engine.proc.pid, signal.SIGKILL)
+            code = asyncio.run(asyncio.wait_for(engine.wait_exit(), timeout=5))
+            assert code == -signal.SIGKILL
+            assert not engine.alive()
+
+    def test_secrets_are_redacted_from_logs_and_records(self, kind: str, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setenv("HF_TOKEN", "hf_supersecretvalue")
+        # An undeclared engine option carrying a secret: the engine refuses it and echoes
+        # its argv, which must not leak into what we keep.
+        spec = make_spec(kind, knobs={"api_key": "sk-verysecret123"},
+                         allowed_extra_args=("api_key",))
+        with make_engine(spec, tmp_path) as engine, pytest.raises(EngineFailure) as info:
+            assert engine.environment()["HF_TOKEN"] == "hf_supersecretvalue"
+            _ready(engine)
+        tail = info.value.log_tail or ""
+        assert "api-key" in tail and "sk-verysecret123" not in tail
+        assert "sk-verysecret123" not in " ".join(engine.facts().argv)
+
+
+def test_flags_follow_vllms_spelling() -> None:
+    args = flag_args({"max_num_seqs": 64, "enable_prefix_caching": False, "enforce_eager": True,
+                      "speculative_config": {"num_speculative_tokens": 5, "method": "ngram"},
+                      "quantization": None})
+    assert args == ["--max-num-seqs", "64", "--no-enable-prefix-caching", "--enforce-eager",
+                    "--speculative-config", '{"method":"ngram","num_speculative_tokens":5}']
+
+
+def test_vllm_argv_is_vllm_serve(tmp_path: Path) -> None:
+    spec = make_spec("vllm", vllm_binary="/opt/vllm/bin/vllm",
+                     knobs={"tensor_parallel_size": 2, "gpu_memory_utilization": 0.9})
+    argv = make_engine(spec, tmp_path).argv(8123)
+    assert argv[:3] == ["/opt/vllm/bin/vllm", "serve", QWEN7B]
+    assert argv[argv.index("--port") + 1] == "8123"
+    assert argv[argv.index("--tensor-parallel-size") + 1] == "2"
+
+
+def test_environment_is_an_allow_list(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "nope")
+    monkeypatch.setenv("HF_TOKEN", "hf_x")
+    env = make_engine(make_spec("vllm"), tmp_path, gpu_ids=["1"]).environment()
+    assert env["CUDA_VISIBLE_DEVICES"] == "1"
+    assert env["HF_TOKEN"] == "hf_x"
+    assert "AWS_SECRET_ACCESS_KEY" not in env
+
+
+def test_redact_argv_hides_secret_flag_values() -> None:
+    assert redact_argv(["vllm", "--api-key", "k1234", "--hf-token=abcd", "--port", "1"]) == \
+        ["vllm", "--api-key", "***", "--hf-token=***", "--port", "1"]
+
+
+def test_startup_facts_from_a_real_vllm_log() -> None:
+    log = """INFO 01-01 [api_server.py] vLLM API server version 0.11.0
+INFO 01-01 [default_loader.py] Loading weights took 3.21 seconds
+INFO 01-01 [gpu_model_runner.py] Model loading took 15.27 GiB and 4.012 seconds
+INFO 01-01 [backends.py] torch.compile takes 21.5 s in total
+INFO 01-01 [kv_cache_utils.py] GPU KV cache size: 437,392 tokens
+INFO 01-01 [kv_cache_utils.py] Maximum concurrency for 32,768 tokens per request: 13.35x
+INFO 01-01 [gpu_model_runner.py] Graph capturing finished in 12 secs, took 0.53 GiB
+INFO 01-01 [core.py] init engine (profile, create kv cache, warmup model) took 41.62 seconds
+"""
+    facts = parse_startup_log(log)
+    assert facts["kv_cache_tokens"] == 437_392
+    assert facts["max_concurrency"] == 13.35
+    assert facts["engine_version"] == "0.11.0"
+    assert facts["startup_phases_s"] == {"load_weights": 3.21, "model_loading": 4.012,
+                                         "torch_compile": 21.5, "graph_capture": 12.0,
+                                         "init_engine": 41.62}

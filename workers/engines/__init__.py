@@ -1,0 +1,50 @@
+"""Engine adapters: turn a TrialSpec into a running inference server, and end it.
+
+``make_engine`` picks the adapter by the spec's ``engine``; an unknown kind fails with
+the list of valid ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from workers.contracts import TrialSpec
+from workers.engines.base import (
+    EngineAdapter,
+    EngineFailure,
+    EngineState,
+    InvalidEngineArgs,
+    classify_failure,
+    flag_args,
+    parse_startup_log,
+    redact_argv,
+)
+from workers.engines.sim import SimEngine
+from workers.engines.vllm import VllmEngine
+
+ENGINES: dict[str, type[EngineAdapter]] = {"vllm": VllmEngine, "sim": SimEngine}
+
+__all__ = [
+    "ENGINES",
+    "EngineAdapter",
+    "EngineFailure",
+    "EngineState",
+    "InvalidEngineArgs",
+    "SimEngine",
+    "VllmEngine",
+    "classify_failure",
+    "flag_args",
+    "make_engine",
+    "parse_startup_log",
+    "redact_argv",
+]
+
+
+def make_engine(spec: TrialSpec, workdir: Path, gpu_ids: Sequence[str] = ()) -> EngineAdapter:
+    try:
+        adapter = ENGINES[spec.engine]
+    except KeyError:
+        raise ValueError(
+            f"unknown engine {spec.engine!r}; valid: {', '.join(sorted(ENGINES))}") from None
+    return adapter(spec, workdir, gpu_ids)

@@ -1,0 +1,414 @@
+"""The engine adapter contract: boot an inference server for one trial, watch it, end it.
+
+An adapter turns a :class:`~workers.contracts.TrialSpec` into an argv list (never a
+shell string) and an environment, starts the server in its own process group with its
+log in a file, waits for ``/health`` while watching the process, and tears the whole
+group down.
+
+Contract (every adapter; ``tests/workers/engines/test_adapters.py`` runs one suite
+against each):
+
+* **States.** ``created`` → ``starting`` (after :meth:`EngineAdapter.start`) →
+  ``ready`` (``/health`` answered 200) → ``stopped``; or → ``failed`` when start-up
+  fails. :meth:`stop` is valid from every state.
+* **Who cleans up.** The adapter that started a process owns it and its whole process
+  group. :meth:`stop` is idempotent and never raises for a process already gone; use
+  the adapter as a context manager so cleanup happens on every path, exceptions and
+  cancellation included. A failed start-up has already cleaned up when it raises.
+* **What each call raises.** :meth:`argv` raises :class:`InvalidEngineArgs` (an
+  ``invalid_config`` failure) for arguments the engine does not take, before anything
+  runs. :meth:`wait_ready` raises :class:`EngineFailure` classified as
+  ``invalid_config``, ``oom``, ``crashed`` (the process died, for another reason) or
+  ``startup_timeout``; a dead process ends the wait at once, with its exit code and
+  log tail. Nothing else is raised for engine behaviour.
+* **Threads.** An adapter belongs to one trial and one task; it is not thread-safe.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+import ctypes
+import enum
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, ClassVar
+
+import httpx
+
+from workers.contracts import EngineFacts, FailureClass, KnobValue, TrialSpec
+
+LOG_TAIL_LINES = 40
+SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|APIKEY|CREDENTIAL)", re.IGNORECASE)
+SECRET_FLAGS = frozenset({"--api-key", "--hf-token", "--ssl-keyfile-password"})
+BASE_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV")
+"""Variables every engine inherits; anything else must be on the spec's allow-list."""
+REDACTED = "***"
+
+
+class EngineState(enum.Enum):
+    CREATED = "created"
+    STARTING = "starting"
+    READY = "ready"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+
+class EngineFailure(Exception):
+    """The engine could not serve: a classified failure with its evidence."""
+
+    def __init__(self, failure: FailureClass, message: str, *, exit_code: int | None = None,
+                 log_tail: str | None = None) -> None:
+        super().__init__(message)
+        self.failure: FailureClass = failure
+        self.message = message
+        self.exit_code = exit_code
+        self.log_tail = log_tail
+
+
+class InvalidEngineArgs(EngineFailure):
+    """Arguments the engine does not take (refused before anything runs)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("invalid_config", message)
+
+
+# Log lines that say why an engine died, most specific first.
+_OOM_PATTERNS = (
+    "CUDA out of memory", "OutOfMemoryError", "No available memory for the cache blocks",
+    "KV cache is needed, which is larger than the available KV cache memory",
+    "Free memory on device",
+)
+_INVALID_PATTERNS = (
+    "must be greater than or equal to max_num_seqs", "is smaller than max_model_len",
+    "is greater than the derived max_model_len", "must be divisible by tensor parallel size",
+    "error: argument", "unrecognized arguments", "invalid choice", "ValueError",
+    "Unknown quantization method", "GPU memory utilization must be",
+)
+
+
+def classify_failure(log_text: str, *, during: str) -> FailureClass:
+    """What kind of failure a dead engine's log shows (``during``: startup or measure)."""
+    if any(p in log_text for p in _OOM_PATTERNS):
+        return "oom"
+    if during == "startup" and any(p in log_text for p in _INVALID_PATTERNS):
+        return "invalid_config"
+    return "crashed"
+
+
+_FACT_PATTERNS: dict[str, re.Pattern[str]] = {
+    "kv_cache_tokens": re.compile(r"GPU KV cache size: ([\d,]+) tokens"),
+    "max_concurrency": re.compile(
+        r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x"),
+    "engine_version": re.compile(r"vLLM API server (?:\(.*?\) )?version ([\w.+-]+)"),
+    "cuda_visible_devices": re.compile(r"CUDA_VISIBLE_DEVICES=([\w,-]*)"),
+}
+_PHASE_PATTERNS: dict[str, re.Pattern[str]] = {
+    "load_weights": re.compile(r"Loading weights took ([\d.]+) seconds"),
+    "model_loading": re.compile(r"Model loading took [\d.]+ GiB and ([\d.]+) seconds"),
+    "torch_compile": re.compile(r"torch\.compile takes ([\d.]+) s in total"),
+    "graph_capture": re.compile(r"Graph capturing finished in ([\d.]+) secs"),
+    "init_engine": re.compile(r"init engine \(profile, create kv cache, warmup model\) took "
+                              r"([\d.]+) seconds"),
+}
+
+
+def parse_startup_log(text: str) -> dict[str, Any]:
+    """Facts the engine printed while starting (vLLM's own lines)."""
+    facts: dict[str, Any] = {}
+    for key, pattern in _FACT_PATTERNS.items():
+        match = pattern.search(text)
+        if match is None:
+            continue
+        raw = match.group(1)
+        if key == "kv_cache_tokens":
+            facts[key] = int(raw.replace(",", ""))
+        elif key == "max_concurrency":
+            facts[key] = float(raw)
+        else:
+            facts[key] = raw
+    phases = {}
+    for phase, pattern in _PHASE_PATTERNS.items():
+        match = pattern.search(text)
+        if match is not None:
+            phases[phase] = float(match.group(1))
+    facts["startup_phases_s"] = phases
+    return facts
+
+
+def redact_argv(argv: Sequence[str]) -> list[str]:
+    """The argv with the values of secret-bearing flags replaced."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        flag, eq, _ = arg.partition("=")
+        if flag in SECRET_FLAGS:
+            if eq:
+                out.append(f"{flag}={REDACTED}")
+            else:
+                out.append(arg)
+                hide_next = True
+            continue
+        out.append(arg)
+    return out
+
+
+def redact_text(text: str, env: Mapping[str, str]) -> str:
+    """Hide the values of secret environment variables wherever they appear in ``text``."""
+    for name, value in env.items():
+        if value and len(value) >= 4 and SECRET_NAME.search(name):
+            text = text.replace(value, REDACTED)
+    return text
+
+
+def _argv_secrets(argv: Sequence[str]) -> list[str]:
+    """Values of secret-bearing flags, to scrub from the engine's log as well."""
+    secrets = []
+    for i, arg in enumerate(argv):
+        flag, eq, value = arg.partition("=")
+        if flag in SECRET_FLAGS:
+            if eq and value:
+                secrets.append(value)
+            elif i + 1 < len(argv):
+                secrets.append(argv[i + 1])
+    return [s for s in secrets if len(s) >= 4]
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    """Linux: the engine gets SIGKILL if the process that launched it dies.
+
+    The engine runs in its own session (so teardown can kill its whole group), which
+    also means a killed Ray worker would otherwise leave it running, holding the GPU.
+    """
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def flag_args(flags: Mapping[str, KnobValue]) -> list[str]:
+    """vLLM-style arguments: ``--name value``; booleans ``--x``/``--no-x``; objects as JSON."""
+    out: list[str] = []
+    for name, value in flags.items():
+        flag = "--" + name.replace("_", "-")
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            out.append(flag if value else "--no-" + flag[2:])
+        elif isinstance(value, dict):
+            out += [flag, json.dumps(value, separators=(",", ":"), sort_keys=True)]
+        else:
+            out += [flag, str(value)]
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class EngineAdapter(abc.ABC):
+    """One engine server for one trial (see the module docstring for the contract)."""
+
+    kind: ClassVar[str]
+    known_args: ClassVar[frozenset[str]]
+    """Argument names the engine takes; anything else needs the space's declaration."""
+    health_poll_s: ClassVar[float] = 0.2
+
+    def __init__(self, spec: TrialSpec, workdir: Path, gpu_ids: Sequence[str] = (),
+                 host: str = "127.0.0.1") -> None:
+        self.spec = spec
+        self.workdir = workdir
+        self.gpu_ids = tuple(str(g) for g in gpu_ids)
+        self.host = host
+        self.port = 0
+        self.state = EngineState.CREATED
+        self.log_path = workdir / "engine.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._env: dict[str, str] = {}
+
+    # ---- what to run --------------------------------------------------------------
+
+    @abc.abstractmethod
+    def command(self, port: int) -> list[str]:
+        """The argv that serves ``spec`` on ``port`` (validated flags, no shell)."""
+
+    def check_args(self) -> None:
+        unknown = sorted(set(self.spec.engine_flags) - self.known_args
+                         - set(self.spec.allowed_extra_args))
+        if unknown:
+            raise InvalidEngineArgs(
+                f"unknown engine argument(s) for {self.kind}: {', '.join(unknown)}; declare "
+                "them in the search space's allowed_extra_args, or use one of: "
+                + ", ".join(sorted(self.known_args))
+            )
+
+    def argv(self, port: int) -> list[str]:
+        self.check_args()
+        return self.command(port)
+
+    def environment(self) -> dict[str, str]:
+        """Base variables, the allow-listed passthrough, and the GPUs Ray assigned."""
+        env = {k: os.environ[k] for k in BASE_ENV if k in os.environ}
+        for name in self.spec.env_passthrough:
+            if name in os.environ:
+                env[name] = os.environ[name]
+        if self.gpu_ids:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(self.gpu_ids)
+        # Marks the process as this trial's, so a leak can always be traced to its trial.
+        env["SLOTUNE_TRIAL_ID"] = self.spec.trial_id
+        return env
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    # ---- lifecycle ----------------------------------------------------------------
+
+    def start(self) -> None:
+        """Spawn the server in its own process group on a free port, logging to a file."""
+        if self.state is not EngineState.CREATED:
+            raise RuntimeError(f"engine already {self.state.value}")
+        self.port = free_port()
+        argv = self.argv(self.port)
+        self._env = self.environment()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.argv_redacted = redact_argv(argv)
+        self._secrets = _argv_secrets(argv)
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, env=self._env,
+                                         cwd=self.workdir, start_new_session=True,
+                                         preexec_fn=_die_with_parent)
+        self.state = EngineState.STARTING
+
+    async def wait_ready(self, timeout_s: float) -> None:
+        """Poll ``/health`` while watching the process; a dead process ends the wait."""
+        assert self.proc is not None, "start() first"
+        deadline = time.monotonic() + timeout_s
+        async with httpx.AsyncClient(timeout=httpx.Timeout(2.0)) as client:
+            while True:
+                code = self.proc.poll()
+                if code is not None:
+                    self._fail_startup(code)
+                try:
+                    response = await client.get(f"{self.base_url}/health")
+                    if response.status_code == 200:
+                        self.state = EngineState.READY
+                        return
+                except httpx.TransportError:
+                    pass
+                if time.monotonic() >= deadline:
+                    self.stop()
+                    self.state = EngineState.FAILED
+                    raise EngineFailure(
+                        "startup_timeout",
+                        f"{self.kind} engine did not become healthy within {timeout_s:g} s",
+                        log_tail=self.log_tail())
+                await asyncio.sleep(self.health_poll_s)
+
+    def _fail_startup(self, code: int) -> None:
+        text = self.log_text()
+        self.stop()
+        self.state = EngineState.FAILED
+        failure = classify_failure(text, during="startup")
+        raise EngineFailure(failure, f"{self.kind} engine exited with code {code} during "
+                            f"start-up: {self.last_error_line(text)}",
+                            exit_code=code, log_tail=self.log_tail())
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    async def wait_exit(self, poll_s: float = 0.1) -> int:
+        """Return the exit code once the process has died (for the measurement watchdog)."""
+        assert self.proc is not None
+        while (code := self.proc.poll()) is None:
+            await asyncio.sleep(poll_s)
+        return code
+
+    def stop(self) -> None:
+        """SIGTERM the process group, wait the grace period, then SIGKILL it. Idempotent."""
+        proc = self.proc
+        if proc is None:
+            self.state = EngineState.STOPPED
+            return
+        grace = self.spec.timeouts.teardown_grace_s
+        if proc.poll() is None:
+            self._signal_group(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=grace)
+        # The group may hold children (tensor-parallel workers) even when the leader died.
+        self._signal_group(signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=grace)
+        if self.state is not EngineState.FAILED:
+            self.state = EngineState.STOPPED
+
+    def _signal_group(self, sig: signal.Signals) -> None:
+        assert self.proc is not None
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, sig)
+
+    def __enter__(self) -> EngineAdapter:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    # ---- what it said ---------------------------------------------------------------
+
+    def log_text(self) -> str:
+        try:
+            raw = self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+        text = redact_text(raw, self._env)
+        for secret in getattr(self, "_secrets", ()):
+            text = text.replace(secret, REDACTED)
+        return text
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+    @staticmethod
+    def last_error_line(text: str) -> str:
+        """The line that best says why: a known cause first, else the last error line."""
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        for pattern in (*_OOM_PATTERNS, *_INVALID_PATTERNS):
+            for line in reversed(lines):
+                if pattern in line:
+                    return line
+        for line in reversed(lines):
+            if "Error" in line or "error" in line:
+                return line
+        return lines[-1] if lines else "(no output)"
+
+    def facts(self) -> EngineFacts:
+        parsed = parse_startup_log(self.log_text())
+        visible = parsed.pop("cuda_visible_devices", None)
+        # What the engine says it saw beats what we meant to give it.
+        gpu_ids = tuple(visible.split(",")) if visible else self.gpu_ids
+        return EngineFacts(
+            argv=tuple(getattr(self, "argv_redacted", ())),
+            gpu_ids=gpu_ids,
+            resolved_config=dict(self.spec.engine_flags),
+            **parsed,
+        )
