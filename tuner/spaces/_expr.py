@@ -30,6 +30,9 @@ _COMPARE: dict[type[ast.cmpop], Callable[[Any, Any], bool]] = {
     ast.Eq: operator.eq,
     ast.NotEq: operator.ne,
 }
+_LITERALS: dict[str, Any] = {"true": True, "false": False, "null": None,
+                             "True": True, "False": False, "None": None}
+"""YAML's spellings and Python's: a rule reads like the file around it."""
 _ALLOWED = "knob names, numbers, true/false/null, + - * /, comparisons, and/or/not"
 
 
@@ -55,7 +58,7 @@ class Rule:
         names: set[str] = set()
         for node in ast.walk(tree):
             _check_node(node, text)
-            if isinstance(node, ast.Name):
+            if isinstance(node, ast.Name) and node.id not in _LITERALS:
                 names.add(node.id)
         if known is not None and (unknown := names - known):
             raise RuleError(
@@ -88,7 +91,7 @@ def _eval(node: ast.AST, values: Mapping[str, Any]) -> Any:
     if isinstance(node, ast.Constant):
         return node.value
     if isinstance(node, ast.Name):
-        return values[node.id]
+        return _LITERALS[node.id] if node.id in _LITERALS else values[node.id]
     if isinstance(node, ast.UnaryOp):
         inner = _eval(node.operand, values)
         if isinstance(node.op, ast.Not):

@@ -217,6 +217,11 @@ class SearchSpace(_Strict):
     def _consistent(self) -> SearchSpace:
         for name, knob in self.knobs.items():
             _check_range(name, knob)
+            choices = knob_choices(knob)
+            if (choices is not None and "default" in knob.model_fields_set
+                    and knob.default not in choices):
+                raise ValueError(f"knob {name!r}: default {knob.default!r} is not one of its "
+                                 f"values {choices}; add it (it is tried first)")
             if name in self.fixed:
                 raise ValueError(f"{name!r} is both a knob and a fixed argument; keep one")
         known = set(self.knobs) | set(self.fixed) | set(_ENGINE_DEFAULTS)

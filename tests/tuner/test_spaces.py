@@ -1,0 +1,140 @@
+"""Search spaces: loading, errors that name file and field, rules, grid, trial specs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tuner.spaces import (
+    BUILTIN_RULES,
+    KNOB_TYPES,
+    Rule,
+    RuleError,
+    SpaceError,
+    load_space,
+    parse_space,
+)
+
+SHIPPED = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "search_spaces").glob(
+    "*.yaml"))
+
+MINIMAL = {
+    "name": "t",
+    "model": "Qwen/Qwen2.5-7B-Instruct",
+    "gpu": "rtx4090",
+    "fixed": {"max_model_len": 4096},
+    "knobs": {
+        "max_num_seqs": {"type": "values", "values": [64, 256, 1024], "default": 256},
+        "max_num_batched_tokens": {"type": "values", "values": [128, 2048], "default": 2048},
+        "enable_chunked_prefill": {"type": "bool", "default": True},
+    },
+}
+
+
+def write(tmp_path: Path, data: object, name: str = "space.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return path
+
+
+def test_shipped_spaces_load_and_their_defaults_obey_the_rules() -> None:
+    assert {"lab", "h100", "h200-tp", "prefill-bound", "decode-bound", "kv-bound"} <= set(SHIPPED)
+    for name in SHIPPED:
+        space = load_space(name)
+        assert space.check(space.defaults()) is None, name
+        assert space.is_finite() and space.grid_size() > 1
+        spec = space.to_trial_spec(space.defaults(), "t0")
+        assert spec.sim.gpu == space.gpu and spec.model == space.model
+
+
+def test_builtin_rules_are_checked_with_the_rule_text() -> None:
+    space = parse_space(MINIMAL)
+    assert space.rules[: len(BUILTIN_RULES)] == BUILTIN_RULES
+    bad = {"max_num_seqs": 256, "max_num_batched_tokens": 128, "enable_chunked_prefill": True}
+    assert space.check(bad) == "max_num_batched_tokens >= max_num_seqs"
+    # chunked prefill off: the token budget must cover max_model_len (fixed at 4096)
+    off = {"max_num_seqs": 64, "max_num_batched_tokens": 2048, "enable_chunked_prefill": False}
+    assert space.check(off) is not None and "max_model_len" in str(space.check(off))
+    assert space.check({**off, "enable_chunked_prefill": True}) is None
+
+
+def test_user_rules_join_the_builtin_ones() -> None:
+    space = parse_space({**MINIMAL, "constraints": ["max_num_seqs * 2 <= 1024 or not true"]})
+    assert space.check({"max_num_seqs": 1024, "max_num_batched_tokens": 2048}) == (
+        "max_num_seqs * 2 <= 1024 or not true")
+    assert space.check({"max_num_seqs": 256, "max_num_batched_tokens": 2048}) is None
+
+
+@pytest.mark.parametrize("text", ["__import__('os').system('true')", "max_num_seqs.real > 1",
+                                  "[x for x in ()]", "max_num_seqs > 'a'", "lambda: 1"])
+def test_rules_outside_the_tiny_language_are_refused(text: str) -> None:
+    with pytest.raises(RuleError, match=r"allowed|does not parse"):
+        Rule.parse(text)
+
+
+def test_rule_naming_an_unknown_knob_lists_the_valid_names(tmp_path: Path) -> None:
+    path = write(tmp_path, {**MINIMAL, "constraints": ["max_num_seqz > 1"]})
+    with pytest.raises(SpaceError) as err:
+        load_space(path)
+    assert str(path) in str(err.value) and "max_num_seqz" in str(err.value)
+    assert "max_num_seqs" in str(err.value)
+
+
+def test_unknown_knob_type_names_file_field_and_valid_types(tmp_path: Path) -> None:
+    data = {**MINIMAL, "knobs": {"max_num_seqs": {"type": "integer", "low": 1, "high": 8}}}
+    path = write(tmp_path, data)
+    with pytest.raises(SpaceError) as err:
+        load_space(path)
+    text = str(err.value)
+    assert str(path) in text and "knobs.max_num_seqs" in text
+    assert all(t in text for t in KNOB_TYPES)
+
+
+def test_default_outside_the_values_is_an_error() -> None:
+    data = {**MINIMAL, "knobs": {"max_num_seqs": {"type": "values", "values": [1, 2],
+                                                  "default": 3}}}
+    with pytest.raises(SpaceError, match="default 3 is not one of its values"):
+        parse_space(data)
+
+
+def test_unknown_space_name_lists_shipped_ones() -> None:
+    with pytest.raises(SpaceError) as err:
+        load_space("no-such-space")
+    assert "lab" in str(err.value)
+
+
+def test_grid_walks_in_natural_order_and_refuses_continuous_knobs() -> None:
+    space = parse_space(MINIMAL)
+    grid = list(space.grid())
+    assert len(grid) == space.grid_size() == 3 * 2 * 2
+    assert grid[0] == {"max_num_seqs": 64, "max_num_batched_tokens": 128,
+                       "enable_chunked_prefill": False}
+    assert grid[1]["enable_chunked_prefill"] is True  # the last knob turns fastest
+    cont = parse_space({**MINIMAL, "knobs": {
+        "gpu_memory_utilization": {"type": "float", "low": 0.8, "high": 0.95}}})
+    with pytest.raises(SpaceError, match="continuous"):
+        list(cont.grid())
+    stepped = parse_space({**MINIMAL, "knobs": {
+        "max_num_seqs": {"type": "log", "low": 16, "high": 128, "integer": True}}})
+    assert stepped.choices("max_num_seqs") == [16, 32, 64, 128]
+
+
+def test_to_trial_spec_merges_fixed_args_and_knobs() -> None:
+    space = load_space("lab")
+    params = {**space.defaults(), "max_num_seqs": 64}
+    spec = space.to_trial_spec(params, "trial-7", slo="ttft:200", mode="capacity")
+    assert spec.trial_id == "trial-7"
+    assert spec.engine_flags["max_num_seqs"] == 64
+    assert spec.engine_flags["max_model_len"] == space.fixed["max_model_len"]
+    assert spec.slo.ttft == 200 and spec.slo.tpot is None and spec.mode == "capacity"
+    assert spec.workload == space.resolve_workload()
+    assert space.to_trial_spec(params, "t", workload="lab").workload.name == "lab"
+    with pytest.raises(SpaceError, match="not a knob"):
+        space.to_trial_spec({"max_num_seqz": 1}, "t")
+
+
+def test_bad_slo_text_is_refused_at_load() -> None:
+    with pytest.raises(SpaceError, match="slo"):
+        parse_space({**MINIMAL, "slo": "ttfx:300"})

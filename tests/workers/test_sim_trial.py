@@ -1,0 +1,125 @@
+"""The virtual-time trial: same requests and scoring as a live run, failures, charge, capacity."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from workers.contracts import SLO, TrialSpec, Workload
+from workers.loadgen.datasets import sample_requests
+from workers.loadgen.workload_files import load_workload
+from workers.sim_trial import run_virtual_trial
+
+MODEL = "Qwen/Qwen2.5-7B-Instruct"
+SLO_ = SLO(ttft=300, tpot=50)
+
+
+def lab(n: int = 60, rate: float = 3.0) -> Workload:
+    workload, _ = load_workload("lab")
+    arrivals = workload.arrivals.model_copy(update={"request_rate": rate})
+    return workload.model_copy(update={"num_prompts": n, "warmup_requests": 0,
+                                       "arrivals": arrivals})
+
+
+def spec(knobs: dict[str, Any] | None = None, **kw: Any) -> TrialSpec:
+    base: dict[str, Any] = dict(trial_id="t", engine="sim", model=MODEL,
+                                knobs=knobs or {}, engine_args={"max_model_len": 4096},
+                                workload=lab(), slo=SLO_)
+    base.update(kw)
+    sim = base.pop("sim", {"gpu": "rtx4090"})
+    return TrialSpec.model_validate({**base, "sim": sim})
+
+
+def test_feasible_run_is_scored_like_a_live_run_and_deterministic() -> None:
+    s = spec()
+    first, again = run_virtual_trial(s), run_virtual_trial(s)
+    assert first.status == "ok" and first.gate_passed
+    assert first.objective == first.request_goodput == first.metrics["request_goodput"] > 0
+    assert first.model_dump() | {"metrics": {}} == again.model_dump() | {"metrics": {}}
+    # the load generator's own requests, in order
+    wanted = [r.prompt_len for r in sample_requests(s.workload.dataset, 60, s.workload.seed)]
+    assert first.metrics["input_lens"] == wanted
+    assert first.metrics["p99_ttft_ms"] <= 300
+    assert first.headroom is not None and 0 < first.headroom <= 1
+    assert set(first.slo_margins) == {"ttft", "tpot"} and min(first.slo_margins.values()) >= 0
+    assert first.diagnosis is not None and first.diagnosis["wall"] in {"limit", "prefill",
+                                                                       "decode"}
+    assert first.engine.kv_cache_tokens and first.engine.resolved_config["max_num_seqs"] == 256
+
+
+def test_refused_config_fails_as_invalid_config_with_vllms_sentence() -> None:
+    r = run_virtual_trial(spec({"max_num_seqs": 512, "max_num_batched_tokens": 256}))
+    assert r.status == "failed" and r.failure == "invalid_config"
+    assert "must be greater than or equal to max_num_seqs (512)" in (r.failure_message or "")
+    assert r.objective == 0 and r.constraints["fits"] > 0
+    unknown = run_virtual_trial(spec({"max_num_sequences": 8}))
+    assert unknown.failure == "invalid_config" and "max-num-sequences" in str(
+        unknown.failure_message)
+    allowed = run_virtual_trial(spec({"max_num_sequences": 8},
+                                     allowed_extra_args=("max_num_sequences",)))
+    assert allowed.status == "ok"
+
+
+def test_memory_refusal_fails_as_oom_and_is_charged_the_weights_load() -> None:
+    r = run_virtual_trial(spec({"gpu_memory_utilization": 0.5}))
+    assert r.status == "failed" and r.failure == "oom"
+    assert "memory" in (r.failure_message or "").lower()
+    assert r.constraints["fits"] > 0 and r.objective == 0
+    ok = run_virtual_trial(spec())
+    assert r.timings.boot_s is not None and ok.timings.boot_s is not None
+    assert 0 < r.timings.boot_s < ok.timings.boot_s  # no graph capture after a failed profile
+    assert r.timings.measure_s is None
+
+
+def test_boot_charge_grows_with_graph_capture_buckets() -> None:
+    small = run_virtual_trial(spec({"max_num_seqs": 16}))
+    big = run_virtual_trial(spec({"max_num_seqs": 256}))
+    assert small.timings.boot_s is not None and big.timings.boot_s is not None
+    assert big.timings.boot_s > small.timings.boot_s
+    assert big.timings.total_s == big.timings.boot_s + (big.timings.measure_s or 0)
+
+
+def test_past_the_knee_aborts_early_and_charges_only_until_then() -> None:
+    hot = lab(n=200, rate=20.0)
+    aborted = run_virtual_trial(spec(workload=hot))
+    full = run_virtual_trial(spec(workload=hot, early_abort=False))
+    assert aborted.early_abort is not None and "can no longer hold" in aborted.early_abort
+    assert aborted.objective == 0 and not aborted.gate_passed
+    assert full.early_abort is None and full.objective == 0
+    assert aborted.timings.measure_s is not None and full.timings.measure_s is not None
+    assert aborted.timings.measure_s < full.timings.measure_s
+    assert aborted.metrics["completed"] < full.metrics["completed"]
+
+
+def test_diagnosis_reads_the_wall_from_the_simulated_series() -> None:
+    starved = run_virtual_trial(spec({"gpu_memory_utilization": 0.71},
+                                     engine_args={"max_model_len": 2048},
+                                     workload=lab(n=120, rate=20.0), early_abort=False))
+    assert starved.diagnosis is not None and starved.diagnosis["wall"] == "kv"
+    queued = run_virtual_trial(spec({"max_num_seqs": 8}, workload=lab(n=120, rate=20.0),
+                                    early_abort=False))
+    assert queued.diagnosis is not None and queued.diagnosis["wall"] == "queue"
+
+
+def test_capacity_mode_brackets_and_bisects_the_rate() -> None:
+    r = run_virtual_trial(spec(mode="capacity", workload=lab(n=60, rate=2.0),
+                               capacity={"min_rate": 0.5, "max_rate": 64,
+                                         "relative_tolerance": 0.05, "max_probes": 10}))
+    assert r.status == "ok" and r.capacity is not None and r.capacity > 0
+    assert r.objective == r.capacity
+    passed = [p.request_rate for p in r.capacity_probes if p.gate_passed]
+    failed = [p.request_rate for p in r.capacity_probes if not p.gate_passed]
+    assert max(passed) == r.capacity and failed and min(failed) > r.capacity
+    assert (min(failed) - r.capacity) / r.capacity <= 0.05 or len(r.capacity_probes) == 10
+    assert r.capacity_probes[0].request_rate == 2.0
+    one = run_virtual_trial(spec(workload=lab(n=60, rate=2.0)))
+    assert r.timings.measure_s is not None and one.timings.measure_s is not None
+    assert r.timings.measure_s > one.timings.measure_s  # every probe is charged
+
+
+def test_noise_changes_runs_only_with_a_different_seed() -> None:
+    noisy = {"gpu": "rtx4090", "noise": 0.05, "seed": 1}
+    a = run_virtual_trial(spec(sim=noisy))
+    b = run_virtual_trial(spec(sim=noisy))
+    c = run_virtual_trial(spec(sim={**noisy, "seed": 2}))
+    assert a.metrics["p99_ttft_ms"] == b.metrics["p99_ttft_ms"]
+    assert a.metrics["p99_ttft_ms"] != c.metrics["p99_ttft_ms"]

@@ -1,0 +1,73 @@
+"""Search strategies over a space, on an Optuna study: grid, random, tpe, guided (+ confirm).
+
+``make_strategy(name, space, …)`` builds one from the registry; an unknown name fails
+with the list of valid ones. The contract every strategy keeps is on
+:class:`~tuner.strategies._base.Strategy`. ``DEFAULT_STRATEGY`` is the one the
+search-efficiency benchmark (``benchmarks/search_efficiency.py``) measured best.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optuna
+
+from tuner.spaces import SearchSpace
+from tuner.strategies._base import (
+    CONSTRAINT_KEYS,
+    Proposal,
+    Strategy,
+    StrategyError,
+    constraint_values,
+    infeasible_result,
+    params_key,
+)
+from tuner.strategies._confirm import Confirmation, ConfirmedConfig, confirm
+from tuner.strategies._guided import WALL_KNOBS, ExperimentCard, GuidedStrategy
+from tuner.strategies._ranking import NOISE_TOLERANCE, best_index, rank
+from tuner.strategies._simple import GridStrategy, RandomStrategy
+from tuner.strategies._tpe import TPEStrategy
+
+__all__ = [
+    "CONSTRAINT_KEYS",
+    "DEFAULT_STRATEGY",
+    "NOISE_TOLERANCE",
+    "STRATEGIES",
+    "WALL_KNOBS",
+    "Confirmation",
+    "ConfirmedConfig",
+    "ExperimentCard",
+    "GridStrategy",
+    "GuidedStrategy",
+    "Proposal",
+    "RandomStrategy",
+    "Strategy",
+    "StrategyError",
+    "TPEStrategy",
+    "best_index",
+    "confirm",
+    "constraint_values",
+    "infeasible_result",
+    "make_strategy",
+    "params_key",
+    "rank",
+]
+
+STRATEGIES: dict[str, type[Strategy]] = {
+    cls.name: cls for cls in (GridStrategy, RandomStrategy, TPEStrategy, GuidedStrategy)
+}
+
+DEFAULT_STRATEGY = "tpe"
+"""Chosen by measurement: see benchmarks/search_efficiency.py and its output."""
+
+
+def make_strategy(name: str, space: SearchSpace, study: optuna.Study | None = None, *,
+                  seed: int | None = None, **options: Any) -> Strategy:
+    """A strategy by registry name; ``options`` are its keyword options (``knob=…``)."""
+    cls = STRATEGIES.get(name)
+    if cls is None:
+        raise StrategyError(f"unknown strategy {name!r}; valid: {', '.join(STRATEGIES)}")
+    try:
+        return cls(space, study, seed=seed, **options)
+    except TypeError as exc:
+        raise StrategyError(f"strategy {name!r}: {exc}") from None

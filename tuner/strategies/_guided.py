@@ -1,0 +1,280 @@
+"""Guided: the seed's closed tuning loop, automated, one experiment card per step.
+
+baseline (the engine's defaults) → read the binding wall from the result's diagnosis →
+sweep the one knob that moves that wall (the seed's table) with every other knob at the
+incumbent → keep the best value only if it beats the incumbent beyond noise →
+re-diagnose → … → stop when a full round of knobs brings nothing (plateau), or when the
+wall is the queue (a capacity problem: add replicas, tuning won't help).
+
+Each step is an :class:`ExperimentCard` — symptom, evidence, hypothesis, the one
+variable, the values tried, the expected direction, the result, the verdict and the
+rollback — so a person can audit the search like a lab notebook.
+
+``then="tpe"`` hands what budget remains after the plateau to multivariate TPE, which
+starts from everything the loop measured (the incumbent's neighbourhood included).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import optuna
+
+from tuner.spaces import SearchSpace
+from tuner.strategies._base import Proposal, Strategy, StrategyError
+from tuner.strategies._ranking import NOISE_TOLERANCE
+from workers.contracts import KnobValue, TrialResult
+
+__all__ = ["WALL_KNOBS", "ExperimentCard", "GuidedStrategy", "Verdict"]
+
+Verdict = Literal["supported", "rejected", "inconclusive"]
+
+WALL_KNOBS: dict[str, tuple[str, ...]] = {
+    # the seed's table: which knob moves which wall, in the order the seed tries them
+    "prefill": ("max_num_batched_tokens", "enable_prefix_caching"),
+    "decode": ("max_num_seqs", "quantization", "speculative_config"),
+    "kv": ("gpu_memory_utilization", "max_model_len", "kv_cache_dtype"),
+}
+_EXPECTED: dict[str, str] = {
+    "max_num_batched_tokens": "smaller chunks lower TTFT (decode interleaves sooner); larger "
+                              "ones raise prefill throughput",
+    "enable_prefix_caching": "reusing shared prefixes skips repeated prefill: TTFT down",
+    "max_num_seqs": "a wider batch raises throughput until TPOT and KV pressure bite",
+    "quantization": "fewer weight bytes per token: faster decode, more KV room",
+    "speculative_config": "fewer forward passes when decode is memory-bound",
+    "gpu_memory_utilization": "a bigger KV pool: more concurrency before preemption",
+    "max_model_len": "a smaller per-request cap: more sequences fit",
+    "kv_cache_dtype": "fp8 KV halves KV bytes: twice the tokens in the pool",
+}
+_CONTINUOUS_POINTS = 5
+
+
+@dataclass(slots=True)
+class ExperimentCard:
+    """One step of the loop, written down (the seed's one-variable experiment)."""
+
+    step: int
+    symptom: str
+    evidence: dict[str, Any]
+    hypothesis: str
+    variable: str
+    baseline_value: KnobValue
+    values: list[KnobValue]
+    expected: str
+    results: list[dict[str, Any]] = field(default_factory=list)
+    result: str = ""
+    verdict: Verdict | None = None
+    rollback: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.step, "symptom": self.symptom, "evidence": self.evidence,
+            "hypothesis": self.hypothesis, "variable": self.variable,
+            "baseline_value": self.baseline_value, "values": self.values,
+            "expected": self.expected, "results": self.results, "result": self.result,
+            "verdict": self.verdict, "rollback": self.rollback,
+        }
+
+
+def _better(new: TrialResult, old: TrialResult, tolerance: float) -> bool:
+    """``new`` beats ``old`` beyond noise (or, both at zero, is clearly nearer the SLO)."""
+    if old.objective > 0:
+        if new.objective > old.objective * (1.0 + tolerance):
+            return True
+        within = new.objective >= old.objective * (1.0 - tolerance)
+        return within and _headroom(new) < _headroom(old) * (1.0 - 5 * tolerance)
+    if new.objective > 0:
+        return True
+    # both fail the gate: moving the binding ratio clearly towards the target counts
+    return _headroom(new) < _headroom(old) * 0.8
+
+
+def _headroom(result: TrialResult) -> float:
+    if result.status != "ok" or result.headroom is None:
+        return float("inf")
+    return result.headroom
+
+
+class GuidedStrategy(Strategy):
+    """The seed's loop: diagnose the wall, sweep the knob that moves it, keep real gains."""
+
+    name = "guided"
+
+    def __init__(self, space: SearchSpace, study: optuna.Study | None = None, *,
+                 seed: int | None = None, tolerance: float = NOISE_TOLERANCE,
+                 then: Literal["stop", "tpe"] = "stop") -> None:
+        if then not in ("stop", "tpe"):
+            raise StrategyError(f"guided: then={then!r}; valid: stop, tpe")
+        self.then = then
+        super().__init__(space, study, seed=seed)
+        self.tolerance = tolerance
+        self.cards: list[ExperimentCard] = []
+        self.incumbent: dict[str, KnobValue] = space.defaults()
+        self.incumbent_result: TrialResult | None = None
+        self._queue: deque[dict[str, KnobValue]] = deque([dict(self.incumbent)])
+        self._awaiting: set[int] = set()
+        self._sweep: list[tuple[Proposal, TrialResult]] = []
+        self._card: ExperimentCard | None = None
+        self._tried: set[str] = set()
+        self._handed_to_tpe = False
+        self._step_note = "baseline: the engine's defaults"
+
+    def _make_sampler(self, seed: int | None) -> optuna.samplers.BaseSampler:
+        if self.then == "tpe":
+            return optuna.samplers.TPESampler(
+                multivariate=True, constant_liar=True, n_startup_trials=0,
+                seed=seed)  # Optuna 5 reads the constraints set with trial.set_constraint
+        return optuna.samplers.RandomSampler(seed=seed)
+
+    def _note(self) -> str:
+        return self._step_note
+
+    # --- proposing ---------------------------------------------------------------------
+
+    def _next(self) -> optuna.trial.Trial | None:
+        if self._handed_to_tpe:
+            if self.space.is_finite() and len(self._known) >= self.space.grid_size():
+                self._stop("every configuration of the space was tried")
+                return None
+            return self._ask_sampled()
+        while self._queue:
+            params = self._queue.popleft()
+            known = self.known(params)
+            if known is not None:  # measured in an earlier step: reuse, don't rerun
+                self._sweep.append((Proposal(-1, params), known))
+                continue
+            trial = self._ask_params(params)
+            self._awaiting.add(trial.number)
+            return trial
+        if not self._awaiting and not self.done:
+            self._advance()  # every value of the step is known already
+            return self._next() if self._queue or self._handed_to_tpe else None
+        return None
+
+    def _observe(self, proposal: Proposal, result: TrialResult) -> None:
+        if proposal.number not in self._awaiting:
+            return
+        self._awaiting.discard(proposal.number)
+        self._sweep.append((proposal, result))
+        if not self._awaiting and not self._queue:
+            self._advance()
+
+    # --- the loop ----------------------------------------------------------------------
+
+    def _advance(self) -> None:
+        """A step's results are all in: judge it, then plan the next step (or stop)."""
+        sweep, self._sweep = self._sweep, []
+        if self.incumbent_result is None:
+            self.incumbent_result = sweep[0][1] if sweep else None
+        else:
+            self._judge(sweep)
+        self._plan()
+
+    def _judge(self, sweep: list[tuple[Proposal, TrialResult]]) -> None:
+        card = self._card
+        assert card is not None and self.incumbent_result is not None
+        old = self.incumbent_result
+        best: tuple[dict[str, KnobValue], TrialResult] | None = None
+        for proposal, result in sweep:
+            card.results.append({
+                "value": proposal.params[card.variable], "status": result.status,
+                "objective": result.objective, "headroom": result.headroom,
+                "failure": result.failure or result.violated_rule,
+            })
+            if _better(result, best[1] if best else old, self.tolerance):
+                best = (proposal.params, result)
+        measured = [r for _, r in sweep if r.status == "ok"]
+        if best is not None:
+            value = best[0][card.variable]
+            card.verdict = "supported"
+            card.result = (f"{card.variable}={value!r}: objective {old.objective:.3g} → "
+                           f"{best[1].objective:.3g}, headroom {_fmt(old.headroom)} → "
+                           f"{_fmt(best[1].headroom)}")
+            card.rollback = f"to roll back, set {card.variable}={card.baseline_value!r}"
+            self.incumbent, self.incumbent_result = dict(best[0]), best[1]
+            self._tried = {card.variable}
+        elif not measured:
+            card.verdict = "inconclusive"
+            card.result = "no value produced a measurement (refused, OOM or infeasible)"
+            card.rollback = f"kept {card.variable}={card.baseline_value!r}"
+        else:
+            top = max(r.objective for r in measured)
+            card.verdict = "rejected"
+            card.result = (f"best objective {top:.3g} vs incumbent {old.objective:.3g}: no gain "
+                           f"beyond noise ({self.tolerance:.0%})")
+            card.rollback = f"rolled back to {card.variable}={card.baseline_value!r}"
+
+    def _plan(self) -> None:
+        result = self.incumbent_result
+        if result is None:
+            self._stop("the baseline produced no result")
+            return
+        wall, symptom, evidence = _wall_of(result)
+        if wall == "queue" and result.capacity is None:
+            # in capacity mode the queue at the knee is what the rate search found; only at
+            # a fixed rate does a deep queue mean "more replicas, not more tuning"
+            self._finish("queue-bound at the incumbent: past the knee, a capacity problem — "
+                         "add replicas (tuning won't move it)")
+            return
+        order = [k for k in WALL_KNOBS.get(wall, ()) if k in self.space.knobs]
+        order += [k for ks in WALL_KNOBS.values() for k in ks if k in self.space.knobs]
+        order += list(self.space.knobs)
+        knob = next((k for k in dict.fromkeys(order) if k not in self._tried), None)
+        if knob is None:
+            self._finish("plateau: a full round of knobs brought no gain beyond noise")
+            return
+        self._tried.add(knob)
+        values = [v for v in self._values(knob) if v != self.incumbent.get(knob)]
+        in_wall = knob in WALL_KNOBS.get(wall, ())
+        self._card = ExperimentCard(
+            step=len(self.cards) + 1, symptom=symptom, evidence=evidence,
+            hypothesis=(f"{knob} moves the {wall} wall" if in_wall else
+                        f"the {wall} wall's own knobs are spent; {knob} may still help"),
+            variable=knob, baseline_value=self.incumbent.get(knob), values=values,
+            expected=_EXPECTED.get(knob, "unknown: measure it"),
+        )
+        self.cards.append(self._card)
+        self._step_note = f"step {self._card.step}: sweep {knob} ({symptom})"
+        self._queue.extend({**self.incumbent, knob: v} for v in values)
+        if not values:
+            self._advance()
+
+    def _finish(self, reason: str) -> None:
+        if self.then == "tpe":
+            self._handed_to_tpe = True
+            self._step_note = f"TPE after the guided loop ({reason})"
+            self.guided_stop_reason = reason
+        else:
+            self._stop(reason)
+
+    def _values(self, knob: str) -> list[KnobValue]:
+        values = self.space.choices(knob)
+        if values is not None:
+            return values
+        spec = self.space.knobs[knob]
+        low, high = float(spec.low), float(spec.high)  # type: ignore[union-attr]
+        n = _CONTINUOUS_POINTS
+        if spec.type == "log":
+            return [low * (high / low) ** (i / (n - 1)) for i in range(n)]
+        return [low + (high - low) * i / (n - 1) for i in range(n)]
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
+
+
+def _wall_of(result: TrialResult) -> tuple[str, str, dict[str, Any]]:
+    """The binding wall of a result: its diagnosis, or what its failure implies."""
+    if result.status == "failed":
+        if result.failure == "oom":
+            return "kv", f"start-up failed for memory: {result.failure_message}", {}
+        return "none", f"the engine refused the config: {result.failure_message}", {}
+    if result.status == "infeasible":
+        return "none", f"infeasible: {result.violated_rule}", {}
+    diagnosis = result.diagnosis or {}
+    wall = str(diagnosis.get("wall", "limit"))
+    symptom = f"{diagnosis.get('label', wall)}: {diagnosis.get('reason', 'no diagnosis')}"
+    evidence = {k: v for k, v in (diagnosis.get("evidence") or {}).items() if v is not None}
+    return wall, symptom, evidence
