@@ -1,0 +1,55 @@
+"""Optuna's storage in our database: our studies are seen by Optuna's own tools."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import optuna
+import pytest
+
+from tuner.db.errors import StorageUnavailable
+from tuner.db.optuna_storage import create_or_load_study, optuna_storage, optuna_url
+from tuner.store import Store, study_name_for
+from workers.contracts import SLO, Workload
+
+
+def test_sweep_study_is_listed_by_optuna_api_and_cli(
+        store: Store, migrated_url: str, venv_script: Callable[[str], Path]) -> None:
+    sweep = store.create_sweep(name="s", workload=Workload(name="chat"), slo=SLO(ttft=300),
+                               space={}, model="m", gpu="g", strategy="tpe")
+    assert sweep.optuna_study_name == study_name_for(sweep.id)
+    study = create_or_load_study(sweep.optuna_study_name, url=migrated_url)
+    trial = study.ask()
+    trial.suggest_int("max_num_seqs", 8, 512)
+    study.tell(trial, 3.0)
+    # Resume-safe: the same name loads the same study.
+    again = create_or_load_study(sweep.optuna_study_name, url=migrated_url)
+    assert len(again.trials) == 1
+
+    assert sweep.optuna_study_name in optuna.get_all_study_names(optuna_storage(migrated_url))
+
+    # Optuna's own CLI, given the URL our settings would give it.
+    listed = subprocess.run(
+        [str(venv_script("optuna")), "study-names", "--storage", optuna_url(migrated_url)],
+        capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    assert sweep.optuna_study_name in listed.stdout
+    studies = subprocess.run(
+        [str(venv_script("optuna")), "studies", "--storage", optuna_url(migrated_url)],
+        capture_output=True, text=True, timeout=60)
+    assert studies.returncode == 0, studies.stderr
+    assert sweep.optuna_study_name in studies.stdout
+
+
+def test_postgres_urls_get_the_psycopg3_driver() -> None:
+    assert optuna_url("postgresql://u:p@h/db") == "postgresql+psycopg://u:p@h/db"
+    assert optuna_url("postgres://u@h/db") == "postgresql+psycopg://u@h/db"
+    assert optuna_url("sqlite:///x.db") == "sqlite:///x.db"
+
+
+def test_unreachable_optuna_storage_is_unavailable_and_redacted() -> None:
+    with pytest.raises(StorageUnavailable) as info:
+        optuna_storage("postgresql://slotune:hunter2@127.0.0.1:1/x")
+    assert "hunter2" not in str(info.value)
