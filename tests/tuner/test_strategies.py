@@ -1,0 +1,174 @@
+"""Strategies: the shared contract for every strategy, then each one's own behaviour."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import optuna
+import pytest
+
+from tuner.spaces import SearchSpace, parse_space
+from tuner.strategies import (
+    STRATEGIES,
+    GridStrategy,
+    GuidedStrategy,
+    StrategyError,
+    TPEStrategy,
+    confirm,
+    make_strategy,
+    params_key,
+    rank,
+)
+from workers.contracts import TrialResult
+from workers.sim_trial import run_virtual_trial
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+SPACE = parse_space({
+    "name": "t",
+    "model": "Qwen/Qwen2.5-7B-Instruct",
+    "gpu": "rtx4090",
+    "fixed": {"max_model_len": 4096},
+    "knobs": {
+        "max_num_seqs": {"type": "values", "values": [64, 128, 256, 512], "default": 256},
+        "max_num_batched_tokens": {"type": "values", "values": [256, 1024, 2048, 4096],
+                                   "default": 2048},
+        "enable_prefix_caching": {"type": "bool", "default": True},
+    },
+    "workload": {"name": "w", "dataset": {"kind": "random", "input_len": 512,
+                                          "output_len": 64},
+                 "arrivals": {"request_rate": 3}, "num_prompts": 40},
+    "slo": "ttft:300,tpot:50",
+})
+
+
+def synthetic(params: dict[str, Any], wall: str = "prefill") -> TrialResult:
+    """A made-up landscape: peaks at max_num_batched_tokens 1024, max_num_seqs 128."""
+    tokens, seqs = params["max_num_batched_tokens"], params["max_num_seqs"]
+    obj = 10.0 - abs(tokens - 1024) / 512 - abs(seqs - 128) / 128
+    return TrialResult(trial_id="x", status="ok", objective=max(obj, 0.0), gate_passed=True,
+                       headroom=0.8, constraints={"ttft": -0.2},
+                       diagnosis={"wall": wall, "label": wall, "reason": "test",
+                                  "evidence": {}})
+
+
+def drive(strategy: Any, evaluate: Callable[[dict[str, Any]], TrialResult],
+          limit: int = 100) -> list[TrialResult]:
+    told: list[TrialResult] = []
+    while len(told) < limit:
+        p = strategy.ask()
+        if p is None:
+            break
+        result = p.preset if p.preset is not None else evaluate(p.params)
+        strategy.tell(p, result)
+        told.append(result)
+    return told
+
+
+@pytest.mark.parametrize("name", list(STRATEGIES))
+class TestContract:
+    """What every strategy promises (the base class's docstring)."""
+
+    def test_parallel_asks_out_of_order_tells_and_optuna_sees_every_trial(
+            self, name: str) -> None:
+        s = make_strategy(name, SPACE, seed=0)
+        batch = [p for p in (s.ask() for _ in range(3)) if p is not None]
+        assert batch, "a fresh strategy proposes something"
+        assert len({params_key(p.params) for p in batch}) == len(batch)
+        for p in reversed(batch):
+            s.tell(p, p.preset or synthetic(p.params))
+        with pytest.raises(StrategyError):
+            s.tell(batch[0], synthetic(batch[0].params))
+        drive(s, synthetic, limit=20)
+        states = {t.state for t in s.study.trials}
+        assert states <= {optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL}
+        measured = [params_key(o.proposal.params) for o in s.history]
+        assert len(measured) == len(set(measured)), "no configuration measured twice"
+
+    def test_rule_breakers_come_preset_infeasible_and_teach_optuna(self, name: str) -> None:
+        s = make_strategy(name, SPACE, seed=1)
+        results = drive(s, synthetic, limit=64)
+        for obs in s.history:
+            rule = SPACE.check(obs.proposal.params)
+            assert (obs.result.status == "infeasible") == (rule is not None)
+            if rule is not None:
+                assert obs.proposal.preset is not None and obs.result.violated_rule == rule
+                trial = s.study.trials[obs.proposal.number]
+                assert trial.value == 0 and trial.constraints["rule"] > 0
+        assert results
+
+
+def test_unknown_strategy_lists_the_valid_ones() -> None:
+    with pytest.raises(StrategyError) as err:
+        make_strategy("bayes", SPACE)
+    assert all(n in str(err.value) for n in STRATEGIES)
+
+
+def test_one_knob_grid_is_the_seeds_slo_tune() -> None:
+    s = GridStrategy(SPACE, knob="max_num_seqs")
+    told = drive(s, synthetic)
+    swept = [o.proposal.params for o in s.history]
+    assert [p["max_num_seqs"] for p in swept] == [64, 128, 256, 512]
+    assert all(p["max_num_batched_tokens"] == 2048 for p in swept)
+    assert s.done and len(told) == 4
+
+
+def test_full_grid_walks_every_config_in_order() -> None:
+    s = GridStrategy(SPACE)
+    drive(s, synthetic, limit=1000)
+    assert [o.proposal.params for o in s.history] == list(SPACE.grid())
+
+
+def test_tpe_tries_the_engine_defaults_first_and_finds_the_peak() -> None:
+    s = TPEStrategy(SPACE, seed=0)
+    drive(s, synthetic, limit=25)
+    assert s.history[0].proposal.params == SPACE.defaults()
+    best = max(o.result.objective for o in s.history)
+    top = max(synthetic(p).objective for p in SPACE.grid())
+    assert best >= 0.9 * top
+
+
+def test_guided_sweeps_the_knob_of_the_diagnosed_wall_and_writes_cards() -> None:
+    s = GuidedStrategy(SPACE)
+    drive(s, synthetic)
+    first = s.cards[0]
+    assert first.variable == "max_num_batched_tokens"  # prefill wall → chunk size first
+    assert first.verdict == "supported" and s.incumbent["max_num_batched_tokens"] == 1024
+    assert any(c.verdict == "rejected" for c in s.cards)
+    assert all(c.hypothesis and c.expected and c.rollback for c in s.cards)
+    assert s.done and "plateau" in str(s.stop_reason)
+    assert s.incumbent_result is not None
+    assert s.incumbent_result.objective == max(synthetic(p).objective for p in SPACE.grid())
+
+
+def test_guided_stops_at_a_queue_wall_saying_add_replicas() -> None:
+    s = GuidedStrategy(SPACE)
+    told = drive(s, lambda p: synthetic(p, wall="queue"))
+    assert len(told) == 1 and s.done and "add replicas" in str(s.stop_reason)
+
+
+def test_ranking_prefers_headroom_within_noise() -> None:
+    def res(obj: float, head: float) -> TrialResult:
+        return TrialResult(trial_id="r", status="ok", objective=obj, headroom=head)
+
+    results = [res(10.0, 0.9), res(9.9, 0.5), res(8.0, 0.1)]
+    assert rank(results) == [1, 0, 2]
+
+
+def test_confirm_reruns_interleaved_and_picks_by_lower_confidence_bound() -> None:
+    space = SPACE.model_copy(update={"mode": "goodput"})
+    good = {**space.defaults(), "max_num_seqs": 128}
+    starved = {**space.defaults(), "max_num_seqs": 128, "max_num_batched_tokens": 256}
+
+    def evaluate(params: Any, repeat: int) -> TrialResult:
+        spec = space.to_trial_spec(params, f"c{repeat}")
+        spec = spec.model_copy(update={"sim": spec.sim.model_copy(
+            update={"noise": 0.05, "seed": repeat})})
+        return run_virtual_trial(spec, per_request=False)
+
+    out = confirm([starved, good], evaluate, repeats=3)
+    assert out.order == (0, 1, 0, 1, 0, 1)
+    assert all(c.lcb <= c.mean for c in out.candidates)
+    assert out.winner is not None and out.winner.params == good
+    assert len(set(out.candidates[1].headrooms)) > 1  # noise: the repeats differ
