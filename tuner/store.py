@@ -16,7 +16,7 @@ The schema comes from the migrations (``slotune db upgrade``); the store never c
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import timedelta
 from types import TracebackType
@@ -122,6 +122,19 @@ class Store:
         """The database URL, password redacted (safe to log)."""
         return redact_url(self._url)
 
+    def check_schema(self) -> None:
+        """Refuse to start on a database whose schema is missing or not at our head.
+
+        :class:`SchemaMissing` (run ``slotune db upgrade``) or :class:`StorageUnavailable`.
+        """
+        from tuner.db import migrate
+
+        current, head = migrate.current_revision(self._url), migrate.head_revision()
+        if current != head:
+            raise SchemaMissing(f"database {self.url} is at schema revision "
+                                f"{current or 'none'}, this slotune needs {head}; run "
+                                "`slotune db upgrade`")
+
     def close(self) -> None:
         self._engine.dispose()
 
@@ -139,10 +152,11 @@ class Store:
 
     def upsert_workload(self, workload: Workload) -> WorkloadRecord:
         """Store ``workload`` under its name; an existing one gets the new spec."""
-        with self._session() as session:
-            row = _upsert_workload(session, workload)
-            session.flush()
-            return WorkloadRecord.model_validate(row)
+        def write() -> WorkloadRecord:
+            with self._session() as session:
+                return WorkloadRecord.model_validate(_upsert_workload(session, workload))
+
+        return _again_on_conflict(write)
 
     def get_workload(self, name: str) -> WorkloadRecord:
         with self._session() as session:
@@ -175,6 +189,15 @@ class Store:
         ``optuna_study_name`` defaults to :func:`study_name_for` of the new id; a name
         already used by another sweep is a :class:`Conflict`.
         """
+        return _again_on_conflict(lambda: self._create_sweep(
+            name=name, workload=workload, slo=slo, space=space, model=model, gpu=gpu,
+            strategy=strategy, mode=mode, budget=budget, owner=owner,
+            optuna_study_name=optuna_study_name))
+
+    def _create_sweep(self, *, name: str, workload: Workload, slo: SLO,
+                      space: Mapping[str, Any], model: str, gpu: str, strategy: str,
+                      mode: ObjectiveMode, budget: Mapping[str, Any] | None,
+                      owner: str | None, optuna_study_name: str | None) -> SweepRecord:
         with self._session() as session:
             workload_row = _upsert_workload(session, workload)
             sweep = Sweep(
@@ -410,18 +433,22 @@ class Store:
         now = utcnow()
         with self._session() as session:
             _sweep_with_workload(session, sweep_id)
-            orphans = session.scalars(
+            candidates = session.scalars(
                 select(SweepTrial)
                 .where(SweepTrial.sweep_id == sweep_id,
                        SweepTrial.status.in_(UNFINISHED_TRIAL_STATUSES))
-                .order_by(SweepTrial.number, SweepTrial.attempt)
-                .with_for_update()).all()
-            for trial in orphans:
-                trial.status = "lost"
-                trial.failure_class = "worker_lost"
-                trial.finished_at = now
-            return [OrphanTrial(trial_id=t.id, number=t.number, attempt=t.attempt,
-                                params=t.params) for t in orphans]
+                .order_by(SweepTrial.number, SweepTrial.attempt)).all()
+            orphans = []
+            for trial in candidates:
+                # Conditional, row by row: a result that lands meanwhile is kept, not lost
+                # (SQLite runs the SELECT above outside the write transaction).
+                if _rowcount(session, update(SweepTrial).where(
+                        SweepTrial.id == trial.id,
+                        SweepTrial.status.in_(UNFINISHED_TRIAL_STATUSES),
+                ).values(status="lost", failure_class="worker_lost", finished_at=now)):
+                    orphans.append(OrphanTrial(trial_id=trial.id, number=trial.number,
+                                               attempt=trial.attempt, params=trial.params))
+            return orphans
 
     def get_trial(self, trial_id: int) -> TrialRecord:
         with self._session() as session:
@@ -537,6 +564,22 @@ class Store:
 
 
 # --- helpers -------------------------------------------------------------------------------
+
+_R = TypeVar("_R")
+
+
+def _again_on_conflict(write: Callable[[], _R]) -> _R:
+    """Run ``write`` (its own transaction) once more if it hits a :class:`Conflict`.
+
+    Two writers storing the same new workload both see it missing and both insert; the
+    loser's retry finds the winner's row and updates it. A real duplicate (a study name
+    already taken) conflicts again and is raised.
+    """
+    try:
+        return write()
+    except Conflict:
+        return write()
+
 
 _M = TypeVar("_M", SweepTrial, ExperimentCard)
 

@@ -271,3 +271,43 @@ def test_missing_schema_says_run_the_migrations(empty_url: str) -> None:
         store.get_sweep(1)
     assert "slotune db upgrade" in str(info.value)
     assert isinstance(info.value, StorageError)
+
+
+# --- concurrency and start-up ------------------------------------------------------------
+
+
+def test_concurrent_coordinators_never_claim_the_same_sweep(store: Store,
+                                                            migrated_url: str) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    ids = {_sweep(store, name=f"s{i}").id for i in range(3)}
+    stores = [Store(migrated_url) for _ in range(6)]  # one pool each, as separate processes
+    try:
+        with ThreadPoolExecutor(max_workers=6) as pool:
+            claims = list(pool.map(lambda i: stores[i].claim_next_sweep(f"c{i}"), range(6)))
+    finally:
+        for s in stores:
+            s.close()
+    won = [c for c in claims if c is not None]
+    assert sorted(c.id for c in won) == sorted(ids)  # each sweep once, none twice
+    assert {store.get_sweep(c.id).claimed_by for c in won} == {c.claimed_by for c in won}
+
+
+def test_concurrent_writers_of_one_new_workload_both_succeed(store: Store,
+                                                             migrated_url: str) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    stores = [Store(migrated_url) for _ in range(4)]
+    try:
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            made = list(pool.map(lambda s: _sweep(s, workload="fresh"), stores))
+    finally:
+        for s in stores:
+            s.close()
+    assert len({m.workload_id for m in made}) == 1 and len({m.id for m in made}) == 4
+
+
+def test_check_schema_refuses_an_unmigrated_database(store: Store, empty_url: str) -> None:
+    store.check_schema()
+    with Store(empty_url) as bare, pytest.raises(SchemaMissing, match="slotune db upgrade"):
+        bare.check_schema()
