@@ -27,7 +27,7 @@ from tuner.strategies._base import Proposal, Strategy, StrategyError
 from tuner.strategies._ranking import NOISE_TOLERANCE
 from workers.contracts import KnobValue, TrialResult
 
-__all__ = ["WALL_KNOBS", "ExperimentCard", "GuidedStrategy", "Verdict"]
+__all__ = ["WALL_KNOBS", "ExperimentCard", "GuidedStrategy", "GuidedTPEStrategy", "Verdict"]
 
 Verdict = Literal["supported", "rejected", "inconclusive"]
 
@@ -278,3 +278,13 @@ def _wall_of(result: TrialResult) -> tuple[str, str, dict[str, Any]]:
     symptom = f"{diagnosis.get('label', wall)}: {diagnosis.get('reason', 'no diagnosis')}"
     evidence = {k: v for k, v in (diagnosis.get("evidence") or {}).items() if v is not None}
     return wall, symptom, evidence
+
+
+class GuidedTPEStrategy(GuidedStrategy):
+    """Guided until its plateau, then TPE on everything it measured (``then="tpe"``)."""
+
+    name = "guided+tpe"
+
+    def __init__(self, space: SearchSpace, study: optuna.Study | None = None, *,
+                 seed: int | None = None, tolerance: float = NOISE_TOLERANCE) -> None:
+        super().__init__(space, study, seed=seed, tolerance=tolerance, then="tpe")
