@@ -8,7 +8,7 @@ from typing import Any
 import optuna
 import pytest
 
-from tuner.spaces import SearchSpace, parse_space
+from tuner.spaces import parse_space
 from tuner.strategies import (
     STRATEGIES,
     GridStrategy,
