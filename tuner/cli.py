@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import typer
 
 from tuner.cli_db import db_app
+from tuner.cli_trial import trial_app
 
 app = typer.Typer(
     name="slotune",
@@ -24,6 +25,7 @@ app = typer.Typer(
 sim_app = typer.Typer(help="The simulated vLLM engine.", no_args_is_help=True)
 app.add_typer(sim_app, name="sim")
 app.add_typer(db_app, name="db")
+app.add_typer(trial_app, name="trial")
 
 _PASSTHROUGH = {
     "allow_extra_args": True,
