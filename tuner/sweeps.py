@@ -1,0 +1,111 @@
+"""What a sweep is asked to do, and how it is queued: one definition for CLI and API.
+
+A :class:`SweepRequest` names a search space (shipped name, file, or inline mapping),
+optionally overrides its workload and SLO, picks a strategy and sets a
+:class:`SweepBudget`. :func:`queue_sweep` resolves all of that and stores a ``queued``
+sweep; a coordinator (``slotune sweep run`` in the foreground, or ``slotune
+coordinator``) claims and runs it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from tuner.db.records import SweepRecord
+from tuner.spaces import SearchSpace, SpaceError, load_space, parse_space
+from tuner.store import Store
+from tuner.strategies import DEFAULT_STRATEGY, STRATEGIES
+from workers.contracts import SLO, ObjectiveMode, Workload
+from workers.loadgen import WorkloadError, load_workload
+
+__all__ = ["SweepBudget", "SweepRequest", "queue_sweep", "resolve_space"]
+
+
+class SweepBudget(BaseModel):
+    """When a sweep stops searching (whichever comes first)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_trials: int = Field(20, ge=1, le=10_000)
+    max_gpu_hours: float | None = Field(None, gt=0)
+    """GPU time charged: each trial's wall time × its GPUs."""
+    deadline: datetime | None = None
+    """Stop launching trials after this moment ("done by 07:00")."""
+    max_parallel: int | None = Field(None, ge=1, le=1024)
+    """At most this many trials at once (default: as many as free GPU groups)."""
+    plateau_trials: int | None = Field(None, ge=2)
+    """Stop after this many finished trials without an improvement beyond noise."""
+    confirm_top: int = Field(3, ge=0, le=10)
+    """Re-run the best this many configurations after the search (0: no confirmation)."""
+    confirm_repeats: int = Field(3, ge=2, le=10)
+
+
+class SweepRequest(BaseModel):
+    """A sweep to queue."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    space: str | dict[str, Any] = "lab"
+    """A shipped space name (``lab``), a YAML path, or the space inline."""
+    name: str | None = Field(None, min_length=1, max_length=200)
+    workload: str | dict[str, Any] | None = None
+    """Override the space's workload: a built-in name, a YAML path, or inline."""
+    slo: str | None = None
+    """Override the space's SLO, e.g. ``ttft:300,tpot:50``."""
+    strategy: str = DEFAULT_STRATEGY
+    mode: ObjectiveMode | None = None
+    budget: SweepBudget = Field(default_factory=SweepBudget)
+    seed: int = 0
+    owner: str | None = Field(None, max_length=200)
+
+    @field_validator("strategy")
+    @classmethod
+    def _known_strategy(cls, value: str) -> str:
+        if value not in STRATEGIES:
+            raise ValueError(f"unknown strategy {value!r}; valid: {', '.join(sorted(STRATEGIES))}")
+        return value
+
+
+def resolve_space(space: str | dict[str, Any]) -> SearchSpace:
+    """The space a request names (raises SpaceError with the file and field)."""
+    return parse_space(space, "space") if isinstance(space, dict) else load_space(space)
+
+
+def resolve(request: SweepRequest) -> tuple[SearchSpace, Workload, SLO]:
+    """Space, workload and SLO of a request, with overrides applied (ValueError if bad)."""
+    space = resolve_space(request.space)
+    if request.workload is None:
+        workload = space.resolve_workload()
+    elif isinstance(request.workload, dict):
+        try:
+            workload = Workload.model_validate(request.workload)
+        except ValueError as exc:
+            raise WorkloadError(f"workload: {exc}") from None
+    else:
+        workload = load_workload(request.workload)[0]
+    slo = SLO.parse(request.slo) if request.slo else space.resolve_slo()
+    if request.mode is not None or request.workload is not None or request.slo is not None:
+        # The stored space carries what the sweep runs, so a resumed sweep runs the same.
+        space = space.model_copy(update={"workload": workload, "slo": slo,
+                                         "mode": request.mode or space.mode})
+    return space, workload, slo
+
+
+def queue_sweep(store: Store, request: SweepRequest) -> SweepRecord:
+    """Store a ``queued`` sweep for a coordinator to run."""
+    space, workload, slo = resolve(request)
+    return store.create_sweep(
+        name=request.name or f"{space.name}-{request.strategy}",
+        workload=workload, slo=slo,
+        space=space.model_dump(mode="json"),
+        model=space.model, gpu=space.gpu, strategy=request.strategy, mode=space.mode,
+        budget={**request.budget.model_dump(mode="json"), "seed": request.seed},
+        owner=request.owner,
+    )
+
+
+# Errors a request can raise, for callers that turn them into 4xx / exit code 2.
+REQUEST_ERRORS = (SpaceError, WorkloadError, ValueError)
