@@ -141,6 +141,27 @@ class ApiSettings(BaseSettings):
         None, validation_alias=AliasChoices("SLOTUNE_API_TOKEN", "token")
     )
     """Bearer token required on every write."""
+    read_token: SecretStr | None = Field(
+        None, validation_alias=AliasChoices("SLOTUNE_API_READ_TOKEN", "read_token")
+    )
+    """When set, reads need this token (or the write token); unset, reads are open."""
+    host: str = Field("127.0.0.1", validation_alias=AliasChoices("SLOTUNE_API_HOST", "host"))
+    port: int = Field(8080, ge=0, le=65535,
+                      validation_alias=AliasChoices("SLOTUNE_API_PORT", "port"))
+    max_body_bytes: int = Field(
+        1 << 20, ge=1, validation_alias=AliasChoices("SLOTUNE_API_MAX_BODY_BYTES",
+                                                    "max_body_bytes"))
+    """Request bodies above this size are refused (HTTP 413) before they are parsed."""
+
+    @property
+    def write_secret(self) -> SecretStr | None:
+        """The write token, or None when unset or blank (writes are then refused)."""
+        return _non_blank(self.token)
+
+    @property
+    def read_secret(self) -> SecretStr | None:
+        """The read token, or None when unset or blank (reads are then open)."""
+        return _non_blank(self.read_token)
 
     def require_token(self) -> SecretStr:
         """The token, or :class:`MissingSecret` when unset or blank (refuse to start)."""
@@ -148,6 +169,14 @@ class ApiSettings(BaseSettings):
             raise MissingSecret("SLOTUNE_API_TOKEN is not set; the API refuses to start "
                                 "without a bearer token for writes")
         return self.token
+
+
+def _non_blank(secret: SecretStr | None) -> SecretStr | None:
+    # An empty SLOTUNE_API_TOKEN= in a compose file means "not configured", never
+    # "the empty string opens every door".
+    if secret is None or not secret.get_secret_value().strip():
+        return None
+    return secret
 
 
 class Settings(BaseSettings):

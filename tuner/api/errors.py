@@ -1,0 +1,94 @@
+"""Errors at the edge: every failure the service layer raises becomes one HTTP status here.
+
+Handlers never catch storage or planner errors themselves; :func:`install_error_handlers`
+maps them once (404 not found, 409 conflict, 422 invalid input, 503 storage unavailable or
+schema missing, 500 anything else) with the reason as the body's ``detail``. A 422 always
+has FastAPI's validation shape (``detail: [{loc, msg, type}]``) so clients read one shape
+for every invalid input, wherever it was detected.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from sqlalchemy.exc import DataError
+
+from tuner.db.errors import Conflict, NotFound, SchemaMissing, StorageError, StorageUnavailable
+from tuner.planner import AmbiguousSlo, NothingMeasured, PlanError, SloNeverMet
+
+__all__ = ["ERROR_RESPONSES", "ErrorOut", "InvalidInput", "install_error_handlers"]
+
+log = logging.getLogger("slotune.api")
+
+
+class ErrorOut(BaseModel):
+    """Why a request was refused."""
+
+    detail: str
+
+
+class InvalidInput(Exception):
+    """Input that passed schema validation but the service refused (HTTP 422)."""
+
+    def __init__(self, loc: Sequence[str | int], msg: str, kind: str = "value_error") -> None:
+        super().__init__(msg)
+        self.loc, self.msg, self.kind = list(loc), msg, kind
+
+
+# For route decorators: what a refusal looks like, so OpenAPI (and clients) know it.
+ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
+    401: {"model": ErrorOut, "description": "Missing or invalid bearer token"},
+    403: {"model": ErrorOut, "description": "The token may not do this, or writes are off"},
+    404: {"model": ErrorOut, "description": "No such object"},
+    409: {"model": ErrorOut, "description": "The object's state forbids this"},
+    413: {"model": ErrorOut, "description": "Request body too large"},
+    503: {"model": ErrorOut, "description": "Database unavailable or not migrated"},
+}
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(StorageError, _storage_error)  # type: ignore[arg-type]
+    app.add_exception_handler(PlanError, _plan_error)  # type: ignore[arg-type]
+    app.add_exception_handler(InvalidInput, _invalid_input)  # type: ignore[arg-type]
+
+
+def _storage_error(_request: Request, exc: StorageError) -> JSONResponse:
+    if isinstance(exc, NotFound):
+        return _detail(404, str(exc))
+    if isinstance(exc, Conflict):
+        return _detail(409, str(exc))
+    if isinstance(exc, SchemaMissing | StorageUnavailable):
+        log.warning("storage: %s", exc)  # messages carry redacted URLs only
+        return _detail(503, str(exc), headers={"Retry-After": "5"})
+    if isinstance(exc.__cause__, DataError):
+        # The database refused a value (out of range, a NUL byte …): the client's input.
+        return _invalid(["body"], f"the database refused a value: {exc}", "data_error")
+    log.error("storage error: %s", exc)
+    return _detail(500, f"storage error: {exc}")
+
+
+def _plan_error(_request: Request, exc: PlanError) -> JSONResponse:
+    if isinstance(exc, NothingMeasured):
+        return _detail(404, str(exc))
+    if isinstance(exc, AmbiguousSlo):
+        return _invalid(["body", "slo"], str(exc), "ambiguous_slo")
+    if isinstance(exc, SloNeverMet):
+        return _invalid(["body", "workload"], str(exc), "slo_never_met")
+    return _invalid(["body"], str(exc))
+
+
+def _invalid_input(_request: Request, exc: InvalidInput) -> JSONResponse:
+    return _invalid(exc.loc, exc.msg, exc.kind)
+
+
+def _detail(status: int, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"detail": detail}, status_code=status, headers=headers)
+
+
+def _invalid(loc: Sequence[str | int], msg: str, kind: str = "value_error") -> JSONResponse:
+    return JSONResponse({"detail": [{"loc": list(loc), "msg": msg, "type": kind}]},
+                        status_code=422)

@@ -1,0 +1,112 @@
+"""Sweeps: queue, list, read, cancel; their trials, experiment cards and report."""
+
+from __future__ import annotations
+
+import importlib
+import re
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, HTTPException, Query, Response, status
+
+from tuner.api.deps import StoreDep, WriterDep
+from tuner.api.errors import ERROR_RESPONSES, ErrorOut, InvalidInput
+from tuner.api.params import Limit, NameFilter, Offset, SweepId
+from tuner.api.schemas import CardOut, ListOut, SweepOut, TrialOut
+from tuner.spaces import SpaceError
+from tuner.sweeps import REQUEST_ERRORS, SweepRequest, queue_sweep
+from workers.contracts import SLO
+from workers.loadgen import WorkloadError
+
+router = APIRouter(prefix="/sweeps", tags=["sweeps"], responses=ERROR_RESPONSES)
+
+SweepStatus = Literal["queued", "running", "done", "failed", "cancelled"]
+TrialStatus = Literal["pending", "running", "ok", "infeasible", "failed", "lost"]
+
+# Over HTTP a space or workload given by name must be a shipped one: a path would let a
+# client make the server read (and echo parse errors of) any file it can open.
+_SHIPPED_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$")
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=SweepOut)
+def create_sweep(request: SweepRequest, store: StoreDep, _: WriterDep) -> SweepOut:
+    """Queue a sweep (a coordinator claims and runs it). Body: a sweep request."""
+    _refuse_paths(request)
+    if request.slo is not None:
+        try:
+            SLO.parse(request.slo)
+        except ValueError as exc:
+            raise InvalidInput(["body", "slo"], str(exc)) from None
+    try:
+        record = queue_sweep(store, request)
+    except SpaceError as exc:
+        raise InvalidInput(["body", "space"], str(exc)) from None
+    except WorkloadError as exc:
+        raise InvalidInput(["body", "workload"], str(exc)) from None
+    except REQUEST_ERRORS as exc:
+        raise InvalidInput(["body"], str(exc)) from None
+    return SweepOut.from_record(record)
+
+
+@router.get("", response_model=ListOut[SweepOut])
+def list_sweeps(store: StoreDep, status: SweepStatus | None = None,
+                workload: NameFilter = None, owner: NameFilter = None,
+                offset: Offset = 0, limit: Limit = 50) -> ListOut[SweepOut]:
+    """Sweeps, newest first; ``count`` is the total before paging."""
+    page = store.list_sweeps(status=status, workload=workload, owner=owner, offset=offset,
+                             limit=limit)
+    return ListOut(data=[SweepOut.from_record(s) for s in page.data], count=page.count)
+
+
+@router.get("/{sweep_id}", response_model=SweepOut)
+def get_sweep(sweep_id: SweepId, store: StoreDep) -> SweepOut:
+    return SweepOut.from_record(store.get_sweep(sweep_id))
+
+
+@router.post("/{sweep_id}/cancel", response_model=SweepOut)
+def cancel_sweep(sweep_id: SweepId, store: StoreDep, _: WriterDep) -> SweepOut:
+    """Cancel a queued or running sweep (idempotent; 409 once it has finished)."""
+    return SweepOut.from_record(store.cancel_sweep(sweep_id, reason="cancelled via the API"))
+
+
+@router.get("/{sweep_id}/trials", response_model=ListOut[TrialOut])
+def list_trials(sweep_id: SweepId, store: StoreDep, status: TrialStatus | None = None,
+                offset: Offset = 0, limit: Limit = 100) -> ListOut[TrialOut]:
+    """A sweep's trials by Optuna number, then attempt."""
+    page = store.list_trials(sweep_id, status=status, offset=offset, limit=limit)
+    return ListOut(data=[TrialOut.from_record(t) for t in page.data], count=page.count)
+
+
+@router.get("/{sweep_id}/cards", response_model=ListOut[CardOut])
+def list_cards(sweep_id: SweepId, store: StoreDep) -> ListOut[CardOut]:
+    """The experiment cards of a guided sweep, by step."""
+    cards = store.list_cards(sweep_id)
+    return ListOut(data=[CardOut.from_record(c) for c in cards], count=len(cards))
+
+
+@router.get("/{sweep_id}/report", response_class=Response,
+            responses={200: {"content": {"text/html": {}, "text/markdown": {}}},
+                       501: {"model": ErrorOut, "description": "Reports not installed"}})
+def sweep_report(sweep_id: SweepId, store: StoreDep,
+                 format: Annotated[Literal["html", "md"], Query()] = "html") -> Response:
+    """The sweep's report, rendered by :mod:`tuner.report` (HTML or Markdown)."""
+    try:
+        report = importlib.import_module("tuner.report")
+    except ModuleNotFoundError as exc:
+        if exc.name != "tuner.report":
+            raise  # a dependency of the report is missing: a real error, not "absent"
+        raise HTTPException(501, "reports are not available in this installation "
+                                 "(tuner.report is missing)") from None
+    render: Any = getattr(report, "render_report", None)
+    if render is None:
+        raise HTTPException(501, "tuner.report has no render_report")
+    text = str(render(store, sweep_id, format))
+    media = "text/html; charset=utf-8" if format == "html" else "text/markdown; charset=utf-8"
+    return Response(text, media_type=media)
+
+
+def _refuse_paths(request: SweepRequest) -> None:
+    for field in ("space", "workload"):
+        value = getattr(request, field)
+        if isinstance(value, str) and not _SHIPPED_NAME.match(value):
+            raise InvalidInput(["body", field], f"{field} {value!r}: over the API give a "
+                               f"shipped {field} name or the {field} inline, not a file path")

@@ -1,0 +1,254 @@
+"""What the API sends and accepts: its own pydantic schemas, apart from records and ORM.
+
+Records (:mod:`tuner.db.records`) are the store's; these are the HTTP contract shared with
+the dashboard, so a column added to a table does not silently become public API. The
+``from_*`` constructors are the only place a record turns into a response.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tuner.db.records import BestConfig, CardRecord, SweepRecord, TrialRecord, WorkloadRecord
+from tuner.planner import Basis, CapacityPlan, vllm_command
+
+__all__ = [
+    "BestOut",
+    "CapacityIn",
+    "CapacityOut",
+    "CardOut",
+    "HealthOut",
+    "ListOut",
+    "SweepOut",
+    "TrialMetrics",
+    "TrialOut",
+    "WorkloadOut",
+]
+
+T = TypeVar("T")
+
+NAME_MAX = 200
+# Names become SQL parameters; Postgres text cannot hold NUL, so refuse it at the edge.
+NAME_PATTERN = r"^[^\x00]+$"
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class ListOut(_Out, Generic[T]):
+    """One page and the total number of matches before paging."""
+
+    data: list[T]
+    count: int
+
+
+class HealthOut(_Out):
+    status: str
+    database: str
+    """``ok``, or why the database cannot serve (on 503)."""
+
+
+class SweepOut(_Out):
+    id: int
+    name: str
+    workload: str
+    space: dict[str, Any]
+    slo: dict[str, Any]
+    slo_key: str
+    model: str
+    gpu: str
+    strategy: str
+    mode: str
+    status: str
+    budget: dict[str, Any]
+    progress: dict[str, Any]
+    """As the coordinator stored it (trials done, best so far …)."""
+    owner: str | None
+    claimed_by: str | None
+    heartbeat_at: datetime | None
+    optuna_study_name: str | None
+    stop_reason: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+    @classmethod
+    def from_record(cls, record: SweepRecord) -> SweepOut:
+        return cls.model_validate(record.model_dump(exclude={"workload_id"}))
+
+
+_METRIC_KEYS = (
+    "request_throughput", "request_goodput", "output_throughput",
+    "p50_ttft_ms", "p90_ttft_ms", "p99_ttft_ms", "p50_tpot_ms", "p90_tpot_ms", "p99_tpot_ms",
+    "p99_itl_ms", "p99_e2el_ms",
+)
+
+
+class TrialMetrics(_Out):
+    """The compact subset of a trial's result the dashboard plots (vLLM bench names)."""
+
+    request_throughput: float | None = None
+    request_goodput: float | None = None
+    output_throughput: float | None = None
+    p50_ttft_ms: float | None = None
+    p90_ttft_ms: float | None = None
+    p99_ttft_ms: float | None = None
+    p50_tpot_ms: float | None = None
+    p90_tpot_ms: float | None = None
+    p99_tpot_ms: float | None = None
+    p99_itl_ms: float | None = None
+    p99_e2el_ms: float | None = None
+    gate_passed: bool | None = None
+    headroom: float | None = None
+    constraints: dict[str, float] = Field(default_factory=dict)
+    failure_message: str | None = None
+    early_abort: str | None = None
+
+    @classmethod
+    def from_result(cls, result: dict[str, Any] | None) -> TrialMetrics:
+        if not result:
+            return cls()
+        metrics = result.get("metrics") or {}
+        values: dict[str, Any] = {k: _number(metrics.get(k)) for k in _METRIC_KEYS}
+        if result.get("request_goodput") is not None:  # ours wins over the bench copy
+            values["request_goodput"] = _number(result["request_goodput"])
+        return cls(**values, gate_passed=result.get("gate_passed"),
+                   headroom=_number(result.get("headroom")),
+                   constraints={k: v for k, v in (result.get("constraints") or {}).items()
+                                if _number(v) is not None},
+                   failure_message=result.get("failure_message"),
+                   early_abort=result.get("early_abort"))
+
+
+class TrialOut(_Out):
+    id: int
+    sweep_id: int
+    number: int
+    attempt: int
+    status: str
+    failure_class: str | None
+    params: dict[str, Any]
+    config: dict[str, Any]
+    objective: float | None
+    capacity: float | None
+    confirmed: bool
+    worker: str | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    timings: dict[str, Any] | None
+    diagnosis: dict[str, Any] | None
+    metrics: TrialMetrics
+
+    @classmethod
+    def from_record(cls, record: TrialRecord) -> TrialOut:
+        fields = record.model_dump(include=set(cls.model_fields) - {"metrics"})
+        return cls(**fields, metrics=TrialMetrics.from_result(record.result))
+
+
+class CardOut(_Out):
+    id: int
+    sweep_id: int
+    step: int
+    symptom: str
+    evidence: dict[str, Any]
+    hypothesis: str
+    variable: str
+    values: list[Any]
+    expected_direction: str
+    result: dict[str, Any] | None
+    verdict: str | None
+    rollback: Any | None
+    created_at: datetime
+
+    @classmethod
+    def from_record(cls, record: CardRecord) -> CardOut:
+        return cls.model_validate(record.model_dump())
+
+
+class BestOut(_Out):
+    """One row of ``best_config_per_workload`` and the command line that reproduces it."""
+
+    workload: str
+    model: str
+    gpu: str
+    slo: str
+    """Canonical SLO JSON, e.g. ``{"percentile":99.0,"tpot":50.0,"ttft":300.0}``."""
+    config: dict[str, Any]
+    objective: float
+    capacity: float | None
+    confirmed: bool
+    trial_id: int
+    measured_at: datetime | None
+    vllm_command: str
+
+    @classmethod
+    def from_record(cls, record: BestConfig) -> BestOut:
+        return cls(**record.model_dump(), vllm_command=vllm_command(record.model, record.config))
+
+
+class WorkloadOut(_Out):
+    name: str
+    spec: dict[str, Any]
+    best: list[BestOut]
+    """The best configuration per (model, gpu, slo) measured so far."""
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def from_record(cls, record: WorkloadRecord, best: list[BestConfig]) -> WorkloadOut:
+        return cls(name=record.name, spec=record.spec, created_at=record.created_at,
+                   updated_at=record.updated_at, best=[BestOut.from_record(b) for b in best])
+
+
+class CapacityIn(BaseModel):
+    """How many replicas for ``target_rps`` of ``workload``?"""
+
+    model_config = ConfigDict(extra="forbid")
+
+    workload: str = Field(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)
+    model: str | None = Field(None, min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)
+    gpu: str | None = Field(None, min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)
+    slo: str | None = Field(None, min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)
+    """``ttft:300,tpot:50`` or the canonical JSON of the view; required when the workload
+    was measured under several SLOs."""
+    target_rps: float = Field(gt=0, le=1e7)
+    headroom: float = Field(0.2, ge=0, le=0.95)
+    """Fraction of each replica's capacity kept spare (bursts, failover)."""
+
+
+class CapacityOut(_Out):
+    workload: str
+    model: str
+    gpu: str
+    slo: str
+    target_rps: float
+    headroom: float
+    replicas: int
+    gpus_per_replica: int
+    gpus: int
+    per_replica_rps: float
+    planned_rps: float
+    config: dict[str, Any]
+    vllm_command: str
+    basis: Basis
+    basis_note: str
+    confirmed: bool
+    trial_ids: list[int]
+    sweep_id: int
+    measured_at: datetime | None
+
+    @classmethod
+    def from_plan(cls, plan: CapacityPlan) -> CapacityOut:
+        return cls.model_validate(plan.model_dump())
+
+
+def _number(value: Any) -> float | None:
+    # JSON has no inf/NaN: a stored one must not make the whole response unserialisable.
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
