@@ -1,0 +1,87 @@
+"""Sweep reports (DESIGN §1, §8): what the platform team reads in the morning.
+
+``render_report(store, sweep_id, "html" | "md")`` gives one self-contained HTML page
+(inline CSS and SVG charts, no external assets) or Markdown (tables instead of charts);
+``write_report(store, sweep_id, directory)`` writes both. Each says: the winner, how sure
+we are of it, its ``vllm serve`` command line, the binding constraint at the winner and
+what to do next, the curves, the experiment cards, the failures.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from tuner.db.errors import NotFound
+from tuner.report._analysis import (
+    Confidence,
+    NextStep,
+    SweepReport,
+    TrialPoint,
+    analyse,
+    pareto_front,
+    vllm_command,
+)
+from tuner.report._render import charts, render_html, render_markdown
+from tuner.report._svg import Chart, RefLine, Series, nice_ticks, render_chart
+from tuner.store import Store
+
+__all__ = [
+    "Chart",
+    "Confidence",
+    "NextStep",
+    "RefLine",
+    "ReportFormat",
+    "Series",
+    "SweepReport",
+    "TrialPoint",
+    "analyse",
+    "build_report",
+    "charts",
+    "nice_ticks",
+    "pareto_front",
+    "render_chart",
+    "render_report",
+    "vllm_command",
+    "write_report",
+]
+
+ReportFormat = Literal["html", "md"]
+
+
+def build_report(store: Store, sweep_id: int) -> SweepReport:
+    """Read the sweep, its trials, cards and its workload's best rows; analyse them.
+
+    :class:`~tuner.store.NotFound` for an unknown sweep.
+    """
+    sweep = store.get_sweep(sweep_id)
+    trials = store.list_trials(sweep_id).data
+    cards = store.list_cards(sweep_id)
+    try:
+        spec = store.get_workload(sweep.workload).spec
+        best = store.best_for_workload(sweep.workload)
+    except NotFound:
+        spec, best = {}, []
+    return analyse(sweep, trials, cards, workload_spec=spec, best_rows=best)
+
+
+def render_report(store: Store, sweep_id: int, fmt: ReportFormat = "html") -> str:
+    """The report of sweep ``sweep_id`` as HTML or Markdown text."""
+    report = build_report(store, sweep_id)
+    if fmt == "html":
+        return render_html(report)
+    if fmt == "md":
+        return render_markdown(report)
+    raise ValueError(f"unknown report format {fmt!r}; valid: html, md")
+
+
+def write_report(store: Store, sweep_id: int, directory: str | Path) -> tuple[Path, Path]:
+    """Write ``sweep-<id>.html`` and ``sweep-<id>.md`` into ``directory`` (created)."""
+    report = build_report(store, sweep_id)
+    folder = Path(directory)
+    folder.mkdir(parents=True, exist_ok=True)
+    html_path = folder / f"sweep-{sweep_id}.html"
+    md_path = folder / f"sweep-{sweep_id}.md"
+    html_path.write_text(render_html(report), encoding="utf-8")
+    md_path.write_text(render_markdown(report), encoding="utf-8")
+    return html_path, md_path

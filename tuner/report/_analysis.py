@@ -1,0 +1,374 @@
+"""What a sweep's report says, computed from the store's records (pure, no rendering).
+
+:func:`analyse` turns a sweep, its trials, its cards and the workload's best rows into a
+:class:`SweepReport`: the winner and how sure we are of it, the command line that
+reproduces it, the binding constraint at the winner and the next step it implies, the
+curves (per knob, and the Pareto front of p99 latency against throughput), ties (DESIGN
+§3: when the rate no longer separates configurations) and the failures. The HTML and
+Markdown renderers only lay this out.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+import statistics
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tuner.db.records import BestConfig, CardRecord, SweepRecord, TrialRecord
+from tuner.strategies import NOISE_TOLERANCE, params_key, rank
+from workers.contracts import TrialResult
+from workers.engines import flag_args
+from workers.loadgen.diagnosis import KNOBS
+
+__all__ = [
+    "LATENCY_METRICS",
+    "Confidence",
+    "NextStep",
+    "SweepReport",
+    "TrialPoint",
+    "analyse",
+    "pareto_front",
+    "vllm_command",
+]
+
+LATENCY_METRICS: tuple[str, ...] = ("ttft", "tpot")
+"""The p99 latencies plotted against each knob (and their SLO targets)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TrialPoint:
+    """One trial, flattened to what the report shows."""
+
+    id: int
+    number: int
+    attempt: int
+    status: str
+    failure_class: str | None
+    params: dict[str, Any]
+    config: dict[str, Any]
+    objective: float | None
+    capacity: float | None
+    confirmed: bool
+    metrics: dict[str, Any]
+    headroom: float | None
+    gate_passed: bool
+    diagnosis: dict[str, Any] | None
+    failure_message: str | None
+    violated_rule: str | None
+
+    def metric(self, name: str) -> float | None:
+        value = self.metrics.get(name)
+        return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+
+    @property
+    def goodput(self) -> float | None:
+        return self.metric("request_goodput")
+
+    @property
+    def throughput(self) -> float | None:
+        return self.metric("request_throughput")
+
+    @property
+    def measured(self) -> bool:
+        return self.status == "ok"
+
+
+@dataclass(frozen=True, slots=True)
+class Confidence:
+    """How sure the winner is: confirmed, and the spread of its repeated runs."""
+
+    confirmed: bool
+    repeats: int
+    objectives: tuple[float, ...]
+    mean: float | None
+    stdev: float | None
+    spread: float | None
+    """(max − min) / mean of the repeats' objectives; None with one run."""
+
+    def summary(self) -> str:
+        state = "confirmed" if self.confirmed else "not confirmed"
+        if self.repeats <= 1 or self.mean is None:
+            return f"{state}: measured once (no repeats)"
+        return (f"{state}: {self.repeats} runs, objective mean {self.mean:.4g} ± "
+                f"{self.stdev or 0.0:.2g} (spread {100 * (self.spread or 0.0):.1f}%)")
+
+
+@dataclass(frozen=True, slots=True)
+class NextStep:
+    """What the binding constraint at the winner says to do next."""
+
+    wall: str | None
+    label: str
+    action: str
+    knobs: tuple[str, ...] = ()
+    replicas: int | None = None
+    target_rate: float | None = None
+    per_replica_capacity: float | None = None
+    capacity_source: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SweepReport:
+    sweep: SweepRecord
+    trials: tuple[TrialPoint, ...]
+    cards: tuple[CardRecord, ...]
+    knobs: tuple[str, ...]
+    winner: TrialPoint | None
+    confidence: Confidence | None
+    command: str | None
+    next_step: NextStep
+    slo_targets: dict[str, float]
+    slo_percentile: float
+    target_rate: float | None
+    ties: tuple[TrialPoint, ...]
+    """Distinct measured configurations within noise of the best objective (goodput)."""
+    tie_note: str | None
+    status_counts: dict[str, int]
+    failure_counts: dict[str, int]
+    infeasible_rules: dict[str, int]
+    failure_examples: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def measured(self) -> tuple[TrialPoint, ...]:
+        return tuple(t for t in self.trials if t.measured)
+
+    def knob_points(self, knob: str, metric: str) -> list[tuple[Any, float]]:
+        """(knob value, metric) of every measured trial that has both."""
+        out = []
+        for t in self.measured:
+            value = t.metric(metric)
+            if knob in t.params and value is not None:
+                out.append((t.params[knob], value))
+        return out
+
+    def best_per_value(self, knob: str) -> list[tuple[Any, TrialPoint]]:
+        """For each value ``knob`` took, the measured trial with the best objective."""
+        best: dict[str, tuple[Any, TrialPoint]] = {}
+        for t in self.measured:
+            if knob not in t.params:
+                continue
+            key = repr(t.params[knob])
+            if key not in best or (t.objective or 0.0) > (best[key][1].objective or 0.0):
+                best[key] = (t.params[knob], t)
+        return sorted(best.values(), key=lambda vt: _order(vt[0]))
+
+    def pareto(self, metric: str) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
+        """All (throughput, p99 ``metric``) points of measured trials, and their front."""
+        points = [(t.throughput, t.metric(f"p99_{metric}_ms")) for t in self.measured]
+        clean = [(x, y) for x, y in points if x is not None and y is not None]
+        return clean, pareto_front(clean)
+
+
+def pareto_front(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The points no other point beats (more throughput ``x`` AND less latency ``y``),
+    sorted by x. A point equal to another one is kept once."""
+    front = []
+    for x, y in sorted(set(points)):
+        dominated = any(ox >= x and oy <= y and (ox, oy) != (x, y) for ox, oy in points)
+        if not dominated:
+            front.append((x, y))
+    return front
+
+
+def vllm_command(model: str, config: Mapping[str, Any]) -> str:
+    """The ``vllm serve`` command line that reproduces ``config``."""
+    return shlex.join(["vllm", "serve", model, *flag_args(dict(config))])
+
+
+def analyse(sweep: SweepRecord, trials: Sequence[TrialRecord], cards: Sequence[CardRecord],
+            *, workload_spec: Mapping[str, Any] | None = None,
+            best_rows: Sequence[BestConfig] = ()) -> SweepReport:
+    """Everything the report says about ``sweep``."""
+    points = tuple(_point(t) for t in trials)
+    measured = [t for t in points if t.measured]
+    winner = _winner(measured)
+    knobs = _knobs(sweep, points)
+    slo_targets = {k: float(v) for k, v in sweep.slo.items()
+                   if k != "percentile" and isinstance(v, int | float)}
+    percentile = float(sweep.slo.get("percentile") or 99.0)
+    target_rate = _target_rate(workload_spec, measured)
+    confidence = _confidence(winner, measured) if winner else None
+    command = vllm_command(sweep.model, winner.config or winner.params) if winner else None
+    ties = _ties(sweep, measured)
+    tie_note = None
+    if len(ties) >= 3 and sweep.mode == "goodput":
+        rate = f" at {target_rate:g} req/s" if target_rate else ""
+        tie_note = (f"{len(ties)} of {len({params_key(t.params) for t in measured})} "
+                    f"measured configurations are within {NOISE_TOLERANCE:.0%} of the best "
+                    f"goodput: the workload's rate{rate} no longer separates "
+                    "configurations — capacity mode is the answer (rank them by the highest "
+                    "rate each carries under the SLO). Among these, the one with the most SLO "
+                    "headroom ranks first.")
+    status_counts = Counter(t.status for t in points)
+    failure_counts = Counter(t.failure_class or t.status for t in points
+                             if t.status in ("failed", "lost"))
+    rules = Counter(t.violated_rule or t.failure_message or "unknown rule"
+                    for t in points if t.status == "infeasible")
+    examples: dict[str, str] = {}
+    for t in points:
+        if t.status in ("failed", "lost") and t.failure_message:
+            examples.setdefault(t.failure_class or t.status, t.failure_message)
+    return SweepReport(
+        sweep=sweep, trials=points, cards=tuple(cards), knobs=knobs, winner=winner,
+        confidence=confidence, command=command,
+        next_step=_next_step(sweep, winner, target_rate, best_rows),
+        slo_targets=slo_targets, slo_percentile=percentile, target_rate=target_rate,
+        ties=ties, tie_note=tie_note, status_counts=dict(status_counts),
+        failure_counts=dict(failure_counts), infeasible_rules=dict(rules),
+        failure_examples=examples,
+    )
+
+
+# --- helpers -------------------------------------------------------------------------------
+
+def _order(value: Any) -> tuple[int, float, str]:
+    if value is None:
+        return (0, 0.0, "")
+    if isinstance(value, bool):
+        return (1, float(value), "")
+    if isinstance(value, int | float):
+        return (2, float(value), "")
+    return (3, 0.0, str(value))
+
+
+def _point(trial: TrialRecord) -> TrialPoint:
+    result = trial.result or {}
+    metrics = dict(result.get("metrics") or {})
+    headroom = result.get("headroom")
+    return TrialPoint(
+        id=trial.id, number=trial.number, attempt=trial.attempt, status=trial.status,
+        failure_class=trial.failure_class, params=dict(trial.params),
+        config=dict(trial.config), objective=trial.objective, capacity=trial.capacity,
+        confirmed=trial.confirmed, metrics=metrics,
+        headroom=float(headroom) if isinstance(headroom, int | float) else None,
+        gate_passed=bool(result.get("gate_passed", False)),
+        diagnosis=trial.diagnosis or result.get("diagnosis"),
+        failure_message=result.get("failure_message"),
+        violated_rule=result.get("violated_rule"),
+    )
+
+
+def _as_result(t: TrialPoint) -> TrialResult:
+    return TrialResult(trial_id=str(t.id), status="ok", objective=t.objective or 0.0,
+                       headroom=t.headroom)
+
+
+def _winner(measured: Sequence[TrialPoint]) -> TrialPoint | None:
+    """The confirmed trial (the coordinator's pick after re-runs), else the best by the
+    search's own ranking (objective; within noise, more headroom)."""
+    confirmed = [t for t in measured if t.confirmed]
+    pool = confirmed or list(measured)
+    if not pool:
+        return None
+    order = rank([_as_result(t) for t in pool])
+    best = pool[order[0]]
+    return best if (best.objective or 0.0) > 0 or best.confirmed else None
+
+
+def _confidence(winner: TrialPoint, measured: Sequence[TrialPoint]) -> Confidence:
+    key = params_key(winner.params)
+    runs = [t.objective or 0.0 for t in measured if params_key(t.params) == key]
+    if len(runs) < 2:
+        return Confidence(winner.confirmed, len(runs), tuple(runs), None, None, None)
+    mean = statistics.fmean(runs)
+    spread = (max(runs) - min(runs)) / mean if mean > 0 else None
+    return Confidence(winner.confirmed, len(runs), tuple(runs), mean, statistics.stdev(runs),
+                      spread)
+
+
+def _knobs(sweep: SweepRecord, points: Sequence[TrialPoint]) -> tuple[str, ...]:
+    """The searched knobs: the space's, else every param name that varies."""
+    space_knobs = sweep.space.get("knobs")
+    names = (tuple(space_knobs) if isinstance(space_knobs, Mapping) and space_knobs
+             else tuple(dict.fromkeys(k for t in points for k in t.params)))
+    # a knob the trials never moved draws a single column of points: leave it out
+    varied = tuple(k for k in names
+                   if len({repr(t.params.get(k)) for t in points if t.measured}) > 1)
+    return varied or names
+
+
+def _target_rate(spec: Mapping[str, Any] | None,
+                 measured: Sequence[TrialPoint]) -> float | None:
+    raw: Any = None
+    if spec:
+        raw = (spec.get("arrivals") or {}).get("request_rate")
+    if raw is None:
+        raw = next((t.metrics.get("request_rate") for t in measured
+                    if t.metrics.get("request_rate") is not None), None)
+    try:
+        rate = float(raw)
+    except (TypeError, ValueError):
+        return None
+    return rate if math.isfinite(rate) and rate > 0 else None
+
+
+def _ties(sweep: SweepRecord, measured: Sequence[TrialPoint]) -> tuple[TrialPoint, ...]:
+    top = max((t.objective or 0.0 for t in measured), default=0.0)
+    if top <= 0:
+        return ()
+    seen: dict[str, TrialPoint] = {}
+    for t in measured:
+        if (t.objective or 0.0) >= top * (1 - NOISE_TOLERANCE):
+            seen.setdefault(params_key(t.params), t)
+    return tuple(seen.values())
+
+
+def _next_step(sweep: SweepRecord, winner: TrialPoint | None, target_rate: float | None,
+               best_rows: Sequence[BestConfig]) -> NextStep:
+    if winner is None:
+        return NextStep(None, "no winner", "no configuration met the SLO: widen the space "
+                        "(or relax the SLO / lower the rate) and look at the failures below")
+    diagnosis = winner.diagnosis or {}
+    wall = str(diagnosis["wall"]) if diagnosis.get("wall") else None
+    label = str(diagnosis.get("label") or wall or "no diagnosis")
+    default_knobs: dict[str, list[str]] = {str(w): ks for w, ks in KNOBS.items()}
+    knobs = tuple(str(k) for k in (diagnosis.get("knobs") or default_knobs.get(wall or "", [])))
+    capacity, source = _capacity(sweep, winner, best_rows)
+    replicas = None
+    if target_rate is not None and capacity:
+        replicas = max(1, math.ceil(target_rate / capacity - 1e-9))
+    if wall == "queue":
+        if replicas is not None and capacity is not None:
+            action = (f"queue-bound: one replica is past its knee, tuning won't move it. For "
+                      f"{target_rate:g} req/s at {capacity:.3g} req/s per replica "
+                      f"({source}): {replicas} replicas of this config.")
+        else:
+            action = ("queue-bound: one replica is past its knee, tuning won't move it; add "
+                      "replicas — run a capacity-mode sweep to measure the per-replica rate")
+        return NextStep(wall, label, action, knobs, replicas, target_rate, capacity, source)
+    if wall in ("prefill", "decode", "kv"):
+        action = f"{label}: the next experiments are the knobs that move this wall"
+        return NextStep(wall, label, action, knobs, replicas, target_rate, capacity, source)
+    if wall == "limit":
+        action = ("at the limit: no wall stands out at this rate, stop tuning this config; "
+                  "more traffic needs more replicas")
+        if replicas is not None and capacity is not None:
+            action += (f" ({replicas} for {target_rate:g} req/s at {capacity:.3g} req/s per "
+                       f"replica, {source})")
+        return NextStep(wall, label, action, (), replicas, target_rate, capacity, source)
+    return NextStep(wall, label, "no diagnosis was recorded for the winner (no engine "
+                    "metrics): rerun it with metrics scraping to see its wall")
+
+
+def _capacity(sweep: SweepRecord, winner: TrialPoint,
+              best_rows: Sequence[BestConfig]) -> tuple[float | None, str | None]:
+    """Per-replica capacity: measured (capacity mode), else the workload's best row for the
+    same model/GPU/SLO, else the winner's goodput (a lower bound at the offered rate)."""
+    if winner.capacity:
+        return winner.capacity, "measured in capacity mode"
+    for row in best_rows:
+        if (row.capacity and row.model == sweep.model and row.gpu == sweep.gpu
+                and row.slo == sweep.slo_key):
+            return row.capacity, f"measured by trial {row.trial_id} in capacity mode"
+    rate = _target_rate(None, [winner])
+    if winner.goodput and rate and winner.gate_passed \
+            and winner.goodput >= rate * (1 - NOISE_TOLERANCE):
+        return rate, ("carries the offered rate under the SLO; its ceiling is unmeasured "
+                      "(capacity mode measures it)")
+    if winner.goodput:
+        return winner.goodput, "estimated from the winner's goodput at the offered rate"
+    return None, None

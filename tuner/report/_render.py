@@ -1,0 +1,348 @@
+"""Lay a :class:`SweepReport` out as self-contained HTML (inline SVG charts) or Markdown.
+
+Both carry the same sections in the same order: winner and confidence, the command
+line, next step, ties, curves (charts in HTML, tables in Markdown), Pareto front,
+experiment cards, failures, every trial.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from html import escape
+from typing import Any
+
+from tuner.report._analysis import LATENCY_METRICS, SweepReport, TrialPoint
+from tuner.report._svg import Chart, RefLine, Series, render_chart
+
+__all__ = ["charts", "render_html", "render_markdown"]
+
+_CSS = """
+body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2rem auto;max-width:1200px;
+color:#1f2937;padding:0 1rem;line-height:1.45}
+h1{font-size:1.6rem}h2{border-bottom:1px solid #e5e7eb;padding-bottom:.2rem;margin-top:2rem}
+code,pre{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:.9em}
+pre{background:#f3f4f6;padding:.75rem;border-radius:6px;white-space:pre-wrap;word-break:break-all}
+table{border-collapse:collapse;margin:.5rem 0;font-size:.9em}
+th,td{border:1px solid #e5e7eb;padding:.25rem .5rem;text-align:left;vertical-align:top}
+th{background:#f9fafb}.num{text-align:right;font-variant-numeric:tabular-nums}
+.charts{display:flex;flex-wrap:wrap;gap:1rem}.note{background:#fffbeb;border-left:4px solid #d97706;
+padding:.5rem .75rem}.ok{color:#059669}.bad{color:#dc2626}.muted{color:#6b7280}
+.card{border:1px solid #e5e7eb;border-radius:6px;padding:.5rem .75rem;margin:.5rem 0}
+"""
+
+_LABELS = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2el": "E2EL"}
+
+
+def charts(report: SweepReport) -> list[Chart]:
+    """Every chart of the report: per knob goodput and p99 latencies, then Pareto fronts."""
+    out = []
+    for knob in report.knobs:
+        points = report.knob_points(knob, "request_goodput")
+        best = [(v, t.goodput) for v, t in report.best_per_value(knob) if t.goodput is not None]
+        out.append(Chart(
+            f"goodput-vs-{knob}", f"goodput vs {knob}", knob, "request goodput (req/s)",
+            [Series("trials", points), Series("best per value", [(v, g) for v, g in best if
+                                                                 g is not None],
+                                              line=True, markers=False, color="#111827")]))
+        for metric in LATENCY_METRICS:
+            name = _LABELS[metric]
+            out.append(Chart(
+                f"p99-{metric}-vs-{knob}", f"p99 {name} vs {knob}", knob, f"p99 {name} (ms)",
+                [Series("trials", report.knob_points(knob, f"p99_{metric}_ms"))],
+                _refs(report, metric)))
+    for metric in LATENCY_METRICS:
+        name = _LABELS[metric]
+        points, front = report.pareto(metric)
+        out.append(Chart(
+            f"pareto-{metric}", f"Pareto front: p99 {name} vs throughput",
+            "request throughput (req/s)", f"p99 {name} (ms)",
+            [Series("trials", points), Series("Pareto front", front, line=True,
+                                              color="#111827")],
+            _refs(report, metric), x_scale="linear"))
+    return out
+
+
+def _refs(report: SweepReport, metric: str) -> list[RefLine]:
+    target = report.slo_targets.get(metric)
+    if target is None:
+        return []
+    return [RefLine(target, f"SLO p{report.slo_percentile:g} {_LABELS[metric]} ≤ {target:g} ms")]
+
+
+# --- HTML ---------------------------------------------------------------------------------
+
+def render_html(report: SweepReport) -> str:
+    s = report.sweep
+    e = escape
+    parts = [
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
+        f"<title>slotune report — sweep {s.id} {e(s.name)}</title>",
+        f"<style>{_CSS}</style></head><body>",
+        f"<h1>Sweep {s.id}: {e(s.name)}</h1>",
+        _html_table(["workload", "model", "GPU", "SLO", "strategy", "mode", "status",
+                     "stop reason"],
+                    [[s.workload, s.model, s.gpu, _slo_text(report), s.strategy, s.mode,
+                      s.status, s.stop_reason or "—"]]),
+        "<h2 id='winner'>Winner</h2>",
+    ]
+    w = report.winner
+    if w is None:
+        parts.append("<p class='bad'>No configuration met the SLO.</p>")
+    else:
+        conf = report.confidence
+        parts.append(_html_table(
+            ["trial", "objective", "goodput (req/s)", "capacity (req/s)", "headroom",
+             "gate", "confidence"],
+            [[f"#{w.number} (id {w.id})", _num(w.objective), _num(w.goodput),
+              _num(w.capacity), _num(w.headroom), "passed" if w.gate_passed else "failed",
+              conf.summary() if conf else "—"]]))
+        parts.append(_html_kv(_winner_metrics(report, w)))
+        parts.append("<h3>Command line</h3>")
+        parts.append(f"<pre class='command'>{e(report.command or '')}</pre>")
+        parts.append("<h3>Configuration</h3>")
+        parts.append(_html_kv({k: _val(v) for k, v in w.config.items()}))
+    parts.append("<h2 id='binding'>Binding constraint and next step</h2>")
+    parts.append(_html_binding(report))
+    if report.tie_note:
+        parts.append(f"<p class='note ties'>{e(report.tie_note)}</p>")
+    parts.append("<h2 id='curves'>Curves</h2><div class='charts'>")
+    parts += [render_chart(c) for c in charts(report)]
+    parts.append("</div>")
+    parts.append("<h2 id='cards'>Experiment cards</h2>")
+    parts.append(_html_cards(report) if report.cards else
+                 "<p class='muted'>No experiment cards (not a guided sweep).</p>")
+    parts.append("<h2 id='failures'>Failures</h2>")
+    parts.append(_html_failures(report))
+    parts.append("<h2 id='trials'>Trials</h2>")
+    parts.append(_html_table(*_trial_rows(report)))
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def _html_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{escape(str(c))}</td>" for c in row) + "</tr>"
+                   for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _html_kv(items: dict[str, str]) -> str:
+    if not items:
+        return ""
+    body = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in items.items())
+    return f"<table class='kv'><tbody>{body}</tbody></table>"
+
+
+def _html_binding(report: SweepReport) -> str:
+    n = report.next_step
+    w = report.winner
+    diag = (w.diagnosis if w else None) or {}
+    out = [f"<p class='binding'><strong>{escape(n.label)}</strong>"
+           + (f" — {escape(str(diag['reason']))}" if diag.get("reason") else "") + "</p>"]
+    evidence = {k: _val(v) for k, v in (diag.get("evidence") or {}).items() if v is not None}
+    if evidence:
+        out.append(_html_kv(evidence))
+    out.append(f"<p class='next-step'><strong>Next step:</strong> {escape(n.action)}</p>")
+    if n.knobs:
+        out.append("<ul class='knobs'>" + "".join(f"<li>{escape(k)}</li>" for k in n.knobs)
+                   + "</ul>")
+    return "\n".join(out)
+
+
+def _html_cards(report: SweepReport) -> str:
+    out = []
+    for c in report.cards:
+        rows = [["symptom", c.symptom], ["evidence", _compact(c.evidence)],
+                ["hypothesis", c.hypothesis], ["variable", c.variable],
+                ["values", ", ".join(_val(v) for v in c.values)],
+                ["expected direction", c.expected_direction],
+                ["result", _compact(c.result) if c.result is not None else "pending"],
+                ["verdict", c.verdict or "pending"],
+                ["rollback", _compact(c.rollback) if c.rollback is not None else "—"]]
+        out.append(f"<div class='card' data-step='{c.step}'><h3>Step {c.step}: "
+                   f"{escape(c.variable)} — {escape(c.verdict or 'pending')}</h3>"
+                   + _html_table(["field", "value"], rows) + "</div>")
+    return "\n".join(out)
+
+
+def _html_failures(report: SweepReport) -> str:
+    out = [_html_table(["status", "trials"], sorted(report.status_counts.items()))]
+    if report.failure_counts:
+        out.append("<h3>Failure classes</h3>")
+        out.append(_html_table(["class", "trials", "example"], [
+            [k, v, report.failure_examples.get(k, "")]
+            for k, v in sorted(report.failure_counts.items())]))
+    if report.infeasible_rules:
+        out.append("<h3>Infeasible (never booted)</h3>")
+        out.append(_html_table(["rule broken", "trials"], sorted(report.infeasible_rules.items())))
+    if not report.failure_counts and not report.infeasible_rules:
+        out.append("<p class='ok'>No failed or infeasible trials.</p>")
+    return "\n".join(out)
+
+
+# --- Markdown -------------------------------------------------------------------------------
+
+def render_markdown(report: SweepReport) -> str:
+    s = report.sweep
+    lines = [f"# Sweep {s.id}: {s.name}", "",
+             _md_table(["workload", "model", "GPU", "SLO", "strategy", "mode", "status",
+                        "stop reason"],
+                       [[s.workload, s.model, s.gpu, _slo_text(report), s.strategy, s.mode,
+                         s.status, s.stop_reason or "—"]]),
+             "", "## Winner", ""]
+    w = report.winner
+    if w is None:
+        lines += ["No configuration met the SLO.", ""]
+    else:
+        conf = report.confidence
+        lines += [_md_table(["trial", "objective", "goodput (req/s)", "capacity (req/s)",
+                             "headroom", "gate", "confidence"],
+                            [[f"#{w.number} (id {w.id})", _num(w.objective), _num(w.goodput),
+                              _num(w.capacity), _num(w.headroom),
+                              "passed" if w.gate_passed else "failed",
+                              conf.summary() if conf else "—"]]), ""]
+        lines += [_md_table(["metric", "value"], list(_winner_metrics(report, w).items())), ""]
+        lines += ["Command line:", "", "```sh", report.command or "", "```", ""]
+    lines += ["## Binding constraint and next step", ""]
+    n = report.next_step
+    diag = (w.diagnosis if w else None) or {}
+    lines.append(f"**{n.label}**" + (f" — {diag['reason']}" if diag.get("reason") else ""))
+    lines.append("")
+    evidence = [[k, _val(v)] for k, v in (diag.get("evidence") or {}).items() if v is not None]
+    if evidence:
+        lines += [_md_table(["evidence", "value"], evidence), ""]
+    lines += [f"**Next step:** {n.action}", ""]
+    lines += [f"- {k}" for k in n.knobs]
+    if n.knobs:
+        lines.append("")
+    if report.tie_note:
+        lines += [f"> **Ties:** {report.tie_note}", ""]
+    lines += ["## Curves", ""]
+    for knob in report.knobs:
+        headers = [knob, "trials", "best goodput (req/s)", "trial"]
+        for metric in LATENCY_METRICS:
+            target = report.slo_targets.get(metric)
+            slo = f" (SLO ≤ {target:g})" if target is not None else ""
+            headers.append(f"p99 {_LABELS[metric]} ms{slo}")
+        counts: dict[str, int] = {}
+        for value, _ in report.knob_points(knob, "request_goodput"):
+            counts[repr(value)] = counts.get(repr(value), 0) + 1
+        rows = [[_val(v), counts.get(repr(v), 0), _num(t.goodput), f"#{t.number}",
+                 *(_num(t.metric(f"p99_{m}_ms")) for m in LATENCY_METRICS)]
+                for v, t in report.best_per_value(knob)]
+        lines += [f"### {knob}", "", _md_table(headers, rows) if rows else "_no measured "
+                  "trials_", ""]
+    lines += ["### Pareto front (p99 latency vs throughput)", ""]
+    for metric in LATENCY_METRICS:
+        _, front = report.pareto(metric)
+        target = report.slo_targets.get(metric)
+        slo = f" (SLO ≤ {target:g})" if target is not None else ""
+        lines += [_md_table(["request throughput (req/s)", f"p99 {_LABELS[metric]} ms{slo}"],
+                            [[_num(x), _num(y)] for x, y in front]), ""]
+    lines += ["## Experiment cards", ""]
+    if not report.cards:
+        lines += ["_No experiment cards (not a guided sweep)._", ""]
+    for c in report.cards:
+        lines += [f"### Step {c.step}: {c.variable} — {c.verdict or 'pending'}", "",
+                  _md_table(["field", "value"], [
+                      ["symptom", c.symptom], ["evidence", _compact(c.evidence)],
+                      ["hypothesis", c.hypothesis], ["variable", c.variable],
+                      ["values", ", ".join(_val(v) for v in c.values)],
+                      ["expected direction", c.expected_direction],
+                      ["result", _compact(c.result) if c.result is not None else "pending"],
+                      ["verdict", c.verdict or "pending"],
+                      ["rollback", _compact(c.rollback) if c.rollback is not None else "—"]]),
+                  ""]
+    lines += ["## Failures", "", _md_table(["status", "trials"],
+                                           sorted(report.status_counts.items())), ""]
+    if report.failure_counts:
+        lines += [_md_table(["failure class", "trials", "example"],
+                            [[k, v, report.failure_examples.get(k, "")]
+                             for k, v in sorted(report.failure_counts.items())]), ""]
+    if report.infeasible_rules:
+        lines += [_md_table(["infeasible: rule broken", "trials"],
+                            sorted(report.infeasible_rules.items())), ""]
+    lines += ["## Trials", "", _md_table(*_trial_rows(report)), ""]
+    return "\n".join(lines)
+
+
+def _md_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    def cell(v: Any) -> str:
+        return str(v).replace("|", "\\|").replace("\n", " ")
+
+    out = ["| " + " | ".join(cell(h) for h in headers) + " |",
+           "|" + "|".join("---" for _ in headers) + "|"]
+    out += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(out)
+
+
+# --- shared ---------------------------------------------------------------------------------
+
+def _trial_rows(report: SweepReport) -> tuple[list[str], list[list[Any]]]:
+    headers = ["#", "attempt", "status", *report.knobs, "objective", "goodput",
+               "p99 TTFT ms", "p99 TPOT ms", "headroom", "confirmed", "failure / rule"]
+    rows = []
+    for t in report.trials:
+        rows.append([t.number, t.attempt, t.status, *(_val(t.params.get(k)) for k in report.knobs),
+                     _num(t.objective), _num(t.goodput), _num(t.metric("p99_ttft_ms")),
+                     _num(t.metric("p99_tpot_ms")), _num(t.headroom),
+                     "yes" if t.confirmed else "", _failure(t)])
+    return headers, rows
+
+
+def _failure(t: TrialPoint) -> str:
+    if t.status == "infeasible":
+        return t.violated_rule or t.failure_message or ""
+    if t.failure_class or t.failure_message:
+        return ": ".join(x for x in (t.failure_class, t.failure_message) if x)
+    return ""
+
+
+def _winner_metrics(report: SweepReport, w: TrialPoint) -> dict[str, str]:
+    out = {}
+    for name in ("request_throughput", "request_goodput", "output_throughput"):
+        if w.metric(name) is not None:
+            out[name] = _num(w.metric(name))
+    for metric in ("ttft", "tpot", "itl", "e2el"):
+        value = w.metric(f"p99_{metric}_ms")
+        if value is None:
+            continue
+        target = report.slo_targets.get(metric)
+        slo = f" (SLO ≤ {target:g} ms, {100 * value / target:.0f}% of it)" if target else ""
+        out[f"p99_{metric}_ms"] = _num(value) + slo
+    return out
+
+
+def _slo_text(report: SweepReport) -> str:
+    targets = ", ".join(f"{_LABELS.get(k, k)} ≤ {v:g} ms" for k, v in report.slo_targets.items())
+    return f"p{report.slo_percentile:g} {targets}" if targets else "no SLO targets"
+
+
+def _num(v: float | None) -> str:
+    if v is None or not math.isfinite(v):
+        return "—"
+    return f"{v:.4g}" if abs(v) < 1e4 else f"{v:.0f}"
+
+
+def _val(v: Any) -> str:
+    if v is None:
+        return "none"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, dict | list):
+        return json.dumps(v, separators=(",", ":"), sort_keys=True)
+    return str(v)
+
+
+def _compact(v: Any) -> str:
+    """A card field: text as is, a dict as ``key: value; …``, anything else as JSON."""
+    if isinstance(v, str):
+        return v
+    if isinstance(v, dict):
+        return "; ".join(f"{k}: {_compact(x) if isinstance(x, dict) else _val(x)}"
+                         for k, x in v.items() if x is not None)
+    return _val(v)
