@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import typer
 
+from tuner.cli_api import api_command
 from tuner.cli_db import db_app
 from tuner.cli_trial import trial_app
 
@@ -26,6 +27,7 @@ sim_app = typer.Typer(help="The simulated vLLM engine.", no_args_is_help=True)
 app.add_typer(sim_app, name="sim")
 app.add_typer(db_app, name="db")
 app.add_typer(trial_app, name="trial")
+app.command("api")(api_command)
 
 _PASSTHROUGH = {
     "allow_extra_args": True,
