@@ -171,6 +171,8 @@ class _XAxis:
     hi: float = 1.0
     categories: tuple[str, ...] = ()
     distinct: tuple[float, ...] = ()
+    knob_ticks: bool = True
+    """Tick every distinct value (a knob's ladder) rather than round numbers."""
 
     @classmethod
     def build(cls, xs: Sequence[XValue], scale: str, left: float, right: float) -> _XAxis:
@@ -183,10 +185,10 @@ class _XAxis:
         log = scale == "log" or (scale == "auto" and lo > 0 and hi / lo >= 16)
         if log:
             return cls("log", left, right, math.log10(lo), math.log10(hi), (),
-                        tuple(values))
+                        tuple(values), scale != "log")
         if lo == hi:
             lo, hi = lo - 1, hi + 1
-        return cls("linear", left, right, lo, hi, (), tuple(values))
+        return cls("linear", left, right, lo, hi, (), tuple(values), scale == "auto")
 
     def pos(self, x: XValue) -> float:
         inner_l, inner_r = self.left + 24, self.right - 24  # keep end points off the frame
@@ -206,7 +208,7 @@ class _XAxis:
     def ticks(self) -> list[tuple[XValue, str]]:
         if self.kind == "category":
             return [(c, c) for c in self.categories]
-        if len(self.distinct) <= 8:
+        if self.knob_ticks and len(self.distinct) <= 8:
             return [(v, _tick_label(v)) for v in self.distinct]
         if self.kind == "log":
             lo, hi = math.floor(self.lo), math.ceil(self.hi)

@@ -1,0 +1,358 @@
+/* slotune dashboard: reads the REST API (/api/v1) and renders the two pages.
+ *
+ * Numbers are shown with fixed decimals (objective/goodput/capacity: 3, latencies in ms: 1)
+ * and every cell that shows one carries the API's exact value in data-value, so a reader
+ * (or the browser test) can compare the page with the JSON.
+ */
+(function (global) {
+  "use strict";
+  var API = "/api/v1";
+  var FINISHED = ["done", "failed", "cancelled"];
+  var POLL_MS = 3000;
+
+  function el(tag, attrs) {
+    var e = document.createElement(tag);
+    Object.keys(attrs || {}).forEach(function (k) {
+      if (attrs[k] !== undefined && attrs[k] !== null) e.setAttribute(k, String(attrs[k]));
+    });
+    for (var i = 2; i < arguments.length; i++) {
+      var c = arguments[i];
+      if (c === null || c === undefined) continue;
+      (Array.isArray(c) ? c : [c]).forEach(function (x) {
+        e.appendChild(typeof x === "string" ? document.createTextNode(x) : x);
+      });
+    }
+    return e;
+  }
+  function fmt(x, digits) {
+    return (typeof x === "number" && isFinite(x)) ? x.toFixed(digits) : "—";
+  }
+  /* A numeric cell: fixed decimals shown, the exact API value in data-value. */
+  function numCell(x, digits, field) {
+    return el("td", { "class": "num", "data-field": field,
+      "data-value": typeof x === "number" ? String(x) : "" }, fmt(x, digits));
+  }
+  function textCell(text, field) { return el("td", { "data-field": field }, text); }
+  function badge(text) { return el("span", { "class": "badge " + text }, text); }
+  function value(v) {
+    if (v === null || v === undefined) return "none";
+    if (typeof v === "boolean") return v ? "true" : "false";
+    if (typeof v === "object") return JSON.stringify(v);
+    return String(v);
+  }
+  function getJSON(path) {
+    return fetch(API + path, { headers: { Accept: "application/json" } }).then(function (r) {
+      if (!r.ok) throw new Error(path + ": HTTP " + r.status);
+      return r.json();
+    });
+  }
+  function sloText(slo) {
+    if (typeof slo === "string") { try { slo = JSON.parse(slo); } catch (e) { return slo; } }
+    var parts = [];
+    ["ttft", "tpot", "itl", "e2el"].forEach(function (k) {
+      if (slo && slo[k] !== null && slo[k] !== undefined) parts.push(k.toUpperCase() + " ≤ " + slo[k] + " ms");
+    });
+    return "p" + ((slo && slo.percentile) || 99) + " " + (parts.join(", ") || "no targets");
+  }
+  function duration(s) {
+    if (typeof s !== "number" || !isFinite(s)) return "—";
+    s = Math.round(s);
+    var h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60), sec = s % 60;
+    return (h ? h + "h " : "") + (h || m ? m + "m " : "") + sec + "s";
+  }
+  function replace(id, node) {
+    var box = document.getElementById(id);
+    box.textContent = "";
+    box.appendChild(node);
+  }
+  function showError(err) {
+    var box = document.getElementById("error");
+    if (box) box.textContent = err ? String(err.message || err) : "";
+  }
+  function table(headers, rows) {
+    return el("table", {}, el("thead", {}, el("tr", {}, headers.map(function (h) {
+      return el("th", {}, h);
+    }))), el("tbody", {}, rows));
+  }
+
+  // --- index: workloads and their best configs, recent sweeps ----------------------------
+
+  function renderWorkloads(body) {
+    var rows = [];
+    body.data.forEach(function (w) {
+      if (!w.best.length) {
+        rows.push(el("tr", { "data-workload": w.name }, textCell(w.name, "workload"),
+          el("td", { colspan: 8, "class": "muted" }, "no configuration measured yet")));
+      }
+      w.best.forEach(function (b) {
+        rows.push(el("tr", { "data-workload": w.name, "data-trial-id": b.trial_id },
+          textCell(w.name, "workload"), textCell(b.model, "model"), textCell(b.gpu, "gpu"),
+          textCell(sloText(b.slo), "slo"), numCell(b.objective, 3, "objective"),
+          numCell(b.capacity, 3, "capacity"),
+          el("td", { "data-field": "confirmed" }, badge(b.confirmed ? "yes" : "no")),
+          el("td", { "data-field": "vllm_command" }, el("pre", { "class": "command" }, b.vllm_command))));
+      });
+    });
+    if (!rows.length) rows.push(el("tr", {}, el("td", { colspan: 9, "class": "muted" }, "no workloads yet")));
+    replace("workloads", table(["workload", "model", "GPU", "SLO", "objective", "capacity (req/s)",
+      "confirmed", "vllm command"], rows));
+  }
+
+  function progressText(p) {
+    p = p || {};
+    return ["done", "running", "failed", "infeasible"].map(function (k) {
+      return k + " " + (p[k] === undefined ? 0 : p[k]);
+    }).join(" · ");
+  }
+
+  function renderSweeps(body) {
+    var rows = body.data.map(function (s) {
+      var p = s.progress || {};
+      return el("tr", { "data-sweep-id": s.id },
+        el("td", {}, el("a", { href: "/sweeps/" + s.id }, "#" + s.id + " " + s.name)),
+        textCell(s.workload, "workload"), textCell(s.model + " on " + s.gpu, "target"),
+        el("td", { "data-field": "status" }, badge(s.status)),
+        textCell(progressText(p), "progress"), numCell(p.best_objective, 3, "best_objective"),
+        textCell(s.created_at ? new Date(s.created_at).toLocaleString() : "—", "created_at"));
+    });
+    if (!rows.length) rows.push(el("tr", {}, el("td", { colspan: 7, "class": "muted" }, "no sweeps yet")));
+    replace("sweeps", table(["sweep", "workload", "model / GPU", "status", "progress",
+      "best objective", "created"], rows));
+  }
+
+  function index() {
+    function load() {
+      Promise.all([getJSON("/workloads"), getJSON("/sweeps?limit=20")]).then(function (r) {
+        renderWorkloads(r[0]); renderSweeps(r[1]); showError(null);
+        document.body.setAttribute("data-loaded", "true");
+      }).catch(showError);
+    }
+    load();
+    setInterval(load, 5000);
+  }
+
+  // --- one sweep: progress, curves, trials, cards ---------------------------------------
+
+  function knobsOf(sweep, trials) {
+    var names = Object.keys((sweep.space && sweep.space.knobs) || {});
+    if (!names.length) {
+      trials.forEach(function (t) { Object.keys(t.params).forEach(function (k) {
+        if (names.indexOf(k) < 0) names.push(k);
+      }); });
+    }
+    var ok = trials.filter(function (t) { return t.status === "ok"; });
+    var varied = names.filter(function (k) {
+      var seen = {};
+      ok.forEach(function (t) { seen[value(t.params[k])] = true; });
+      return Object.keys(seen).length > 1;
+    });
+    return varied.length ? varied : names;
+  }
+
+  function bestSoFar(trials) {
+    var ok = trials.filter(function (t) { return t.status === "ok"; });
+    var confirmed = ok.filter(function (t) { return t.confirmed; });
+    var pool = confirmed.length ? confirmed : ok;
+    var best = null;
+    pool.forEach(function (t) {
+      if (!best || (t.objective || 0) > (best.objective || 0)) best = t;
+    });
+    return best;
+  }
+
+  function stat(label, v, field, raw) {
+    return el("div", { "class": "stat", "data-stat": field },
+      el("div", { "class": "label" }, label),
+      el("div", { "class": "value", "data-value": raw === undefined ? "" : String(raw) }, v));
+  }
+
+  function renderHeader(s) {
+    document.title = "slotune — sweep " + s.id + " " + s.name;
+    replace("title", el("span", {}, "Sweep #" + s.id + ": " + s.name + " ", badge(s.status)));
+    replace("facts", el("div", {}, el("span", { "data-field": "workload" }, s.workload), " · ",
+      s.model + " on " + s.gpu, " · SLO ", el("span", { "data-field": "slo" }, sloText(s.slo)),
+      " · strategy " + s.strategy + " · mode " + s.mode, " · ",
+      el("a", { href: API + "/sweeps/" + s.id + "/report?format=html" }, "report (HTML)"), " · ",
+      el("a", { href: API + "/sweeps/" + s.id + "/report?format=md" }, "report (Markdown)")));
+  }
+
+  function renderProgress(s, trials) {
+    var p = s.progress || {};
+    var count = function (k) {
+      return p[k] !== undefined ? p[k] : trials.filter(function (t) { return t.status === (k === "done" ? "ok" : k); }).length;
+    };
+    var best = p.best_objective !== undefined ? p.best_objective : null;
+    var finished = FINISHED.indexOf(s.status) >= 0;
+    replace("progress", el("div", {},
+      el("div", { "class": "stats" },
+        stat("done", String(count("done")), "done", count("done")),
+        stat("running", String(count("running")), "running", count("running")),
+        stat("failed", String(count("failed")), "failed", count("failed")),
+        stat("infeasible", String(count("infeasible")), "infeasible", count("infeasible")),
+        stat("best so far", fmt(best, 3), "best_objective", best === null ? undefined : best),
+        stat("best trial", p.best_trial_id !== undefined && p.best_trial_id !== null ? "id " + p.best_trial_id : "—", "best_trial_id",
+             p.best_trial_id),
+        stat("ETA", finished ? "finished" : duration(p.eta_s), "eta", p.eta_s)),
+      s.stop_reason ? el("p", { "data-field": "stop_reason" }, "Stopped: " + s.stop_reason) : null));
+  }
+
+  function renderWinner(s, trials) {
+    var w = bestSoFar(trials);
+    if (!w) { replace("winner", el("p", { "class": "muted" }, "no measured configuration yet")); return; }
+    var m = w.metrics || {};
+    replace("winner", el("div", { "data-trial-id": w.id },
+      table(["trial", "objective", "goodput (req/s)", "capacity (req/s)", "p99 TTFT ms", "p99 TPOT ms",
+        "headroom", "confirmed", "binding wall"],
+        [el("tr", {}, textCell("#" + w.number + " (id " + w.id + ")", "trial"),
+          numCell(w.objective, 3, "objective"), numCell(m.request_goodput, 3, "request_goodput"),
+          numCell(w.capacity, 3, "capacity"), numCell(m.p99_ttft_ms, 1, "p99_ttft_ms"),
+          numCell(m.p99_tpot_ms, 1, "p99_tpot_ms"), numCell(m.headroom, 3, "headroom"),
+          el("td", { "data-field": "confirmed" }, badge(w.confirmed ? "yes" : "no")),
+          textCell(w.diagnosis ? (w.diagnosis.label || w.diagnosis.wall) + ": " + (w.diagnosis.reason || "") : "—",
+            "diagnosis"))]),
+      el("pre", { "class": "command", "data-field": "vllm_command" }, vllmCommand(s.model, w.config))));
+  }
+
+  /* The same command line as workers.engines.flag_args (POSIX-quoted when needed). */
+  function vllmCommand(model, config) {
+    var args = ["vllm", "serve", model];
+    Object.keys(config || {}).forEach(function (k) {
+      var v = config[k], flag = "--" + k.replace(/_/g, "-");
+      if (v === null || v === undefined) return;
+      if (typeof v === "boolean") { args.push(v ? flag : "--no-" + flag.slice(2)); return; }
+      args.push(flag, typeof v === "object" ? JSON.stringify(v) : String(v));
+    });
+    return args.map(function (a) {
+      return /^[\w@%+=:,./-]+$/.test(a) ? a : "'" + a.replace(/'/g, "'\"'\"'") + "'";
+    }).join(" ");
+  }
+
+  function renderCharts(s, trials) {
+    var ok = trials.filter(function (t) { return t.status === "ok"; });
+    var slo = s.slo || {};
+    var specs = [];
+    var refs = function (metric) {
+      return slo[metric] ? [{ y: slo[metric], label: "SLO p" + (slo.percentile || 99) + " " +
+        metric.toUpperCase() + " ≤ " + slo[metric] + " ms" }] : [];
+    };
+    var pts = function (knob, metric) {
+      return ok.filter(function (t) { return knob in t.params && typeof t.metrics[metric] === "number"; })
+        .map(function (t) { return [t.params[knob], t.metrics[metric], "trial #" + t.number]; });
+    };
+    knobsOf(s, trials).forEach(function (knob) {
+      var goodput = pts(knob, "request_goodput");
+      var best = {};
+      goodput.forEach(function (p) {
+        var k = value(p[0]);
+        if (!best[k] || p[1] > best[k][1]) best[k] = p;
+      });
+      specs.push({ id: "goodput-vs-" + knob, title: "goodput vs " + knob, xLabel: knob,
+        yLabel: "request goodput (req/s)", series: [{ name: "trials", points: goodput },
+          { name: "best per value", points: Object.keys(best).map(function (k) { return best[k]; }),
+            line: true, markers: false, color: "#111827" }] });
+      ["ttft", "tpot"].forEach(function (metric) {
+        specs.push({ id: "p99-" + metric + "-vs-" + knob, title: "p99 " + metric.toUpperCase() + " vs " + knob,
+          xLabel: knob, yLabel: "p99 " + metric.toUpperCase() + " (ms)",
+          series: [{ name: "trials", points: pts(knob, "p99_" + metric + "_ms") }], refLines: refs(metric) });
+      });
+    });
+    ["ttft", "tpot"].forEach(function (metric) {
+      var points = ok.filter(function (t) {
+        return typeof t.metrics.request_throughput === "number" && typeof t.metrics["p99_" + metric + "_ms"] === "number";
+      }).map(function (t) { return [t.metrics.request_throughput, t.metrics["p99_" + metric + "_ms"], "trial #" + t.number]; });
+      specs.push({ id: "pareto-" + metric, title: "Pareto front: p99 " + metric.toUpperCase() + " vs throughput",
+        xLabel: "request throughput (req/s)", yLabel: "p99 " + metric.toUpperCase() + " (ms)", xScale: "linear",
+        series: [{ name: "trials", points: points },
+          { name: "Pareto front", points: SlotuneCharts.paretoFront(points), line: true, color: "#111827" }],
+        refLines: refs(metric) });
+    });
+    var box = el("div", { "class": "charts" });
+    specs.forEach(function (spec) { box.appendChild(el("div", { "class": "chart-box" }, SlotuneCharts.render(spec))); });
+    replace("charts", box);
+  }
+
+  function failureText(t) {
+    var m = t.metrics || {};
+    return [t.failure_class, m.failure_message, m.early_abort].filter(function (x) { return x; }).join(": ");
+  }
+
+  function renderTrials(s, trials) {
+    var knobs = knobsOf(s, trials);
+    var rows = trials.map(function (t) {
+      var m = t.metrics || {};
+      return el("tr", { "data-trial-id": t.id, "data-status": t.status },
+        textCell(String(t.number), "number"), textCell(String(t.attempt), "attempt"),
+        el("td", { "data-field": "status" }, badge(t.status)),
+        knobs.map(function (k) { return textCell(value(t.params[k]), "param:" + k); }),
+        numCell(t.objective, 3, "objective"), numCell(m.request_goodput, 3, "request_goodput"),
+        numCell(m.request_throughput, 3, "request_throughput"), numCell(m.p99_ttft_ms, 1, "p99_ttft_ms"),
+        numCell(m.p99_tpot_ms, 1, "p99_tpot_ms"), numCell(m.headroom, 3, "headroom"),
+        el("td", { "data-field": "confirmed" }, t.confirmed ? badge("yes") : ""),
+        textCell(failureText(t), "failure"));
+    });
+    replace("trials", el("div", { "class": "table-wrap" }, table(["#", "attempt", "status"].concat(knobs)
+      .concat(["objective", "goodput", "throughput", "p99 TTFT ms", "p99 TPOT ms", "headroom", "confirmed",
+        "failure / reason"]), rows)));
+  }
+
+  function cardText(v) {
+    if (v === null || v === undefined) return "—";
+    if (typeof v === "string") return v;
+    if (typeof v === "object" && !Array.isArray(v)) {
+      return Object.keys(v).filter(function (k) { return v[k] !== null; }).map(function (k) {
+        return k + ": " + (typeof v[k] === "string" ? v[k] : JSON.stringify(v[k]));
+      }).join("; ");
+    }
+    return JSON.stringify(v);
+  }
+
+  function renderCards(cards) {
+    if (!cards.length) { replace("cards", el("p", { "class": "muted" }, "no experiment cards (not a guided sweep)")); return; }
+    var box = el("div", {});
+    cards.forEach(function (c) {
+      var fields = [["symptom", c.symptom], ["evidence", cardText(c.evidence)], ["hypothesis", c.hypothesis],
+        ["variable", c.variable], ["values", c.values.map(value).join(", ")],
+        ["expected direction", c.expected_direction], ["result", c.result ? cardText(c.result) : "pending"],
+        ["verdict", c.verdict || "pending"], ["rollback", cardText(c.rollback)]];
+      box.appendChild(el("div", { "class": "card", "data-card-step": c.step },
+        el("h3", {}, "Step " + c.step + ": " + c.variable + " ", badge(c.verdict || "pending")),
+        el("dl", {}, fields.map(function (f) { return [el("dt", {}, f[0]), el("dd", {}, f[1])]; })
+          .reduce(function (a, b) { return a.concat(b); }, []))));
+    });
+    replace("cards", box);
+  }
+
+  /* Every trial of the sweep, page by page (the API gives at most 500 at a time). */
+  function allTrials(id) {
+    var out = [];
+    function page(offset) {
+      return getJSON("/sweeps/" + id + "/trials?limit=500&offset=" + offset).then(function (body) {
+        out = out.concat(body.data);
+        return body.data.length && out.length < body.count ? page(out.length) : out;
+      });
+    }
+    return page(0);
+  }
+
+  function sweep() {
+    var match = /\/sweeps\/(\d+)/.exec(location.pathname);
+    var id = match ? match[1] : new URLSearchParams(location.search).get("id");
+    var timer = null;
+    function load() {
+      Promise.all([getJSON("/sweeps/" + id), allTrials(id),
+        getJSON("/sweeps/" + id + "/cards")]).then(function (r) {
+        var s = r[0], trials = r[1], cards = r[2].data;
+        renderHeader(s); renderProgress(s, trials); renderWinner(s, trials);
+        renderCharts(s, trials); renderTrials(s, trials); renderCards(cards);
+        showError(null);
+        document.body.setAttribute("data-loaded", "true");
+        document.body.setAttribute("data-sweep-status", s.status);
+        if (FINISHED.indexOf(s.status) >= 0 && timer !== null) { clearInterval(timer); timer = null; }
+      }).catch(showError);
+    }
+    load();
+    timer = setInterval(load, POLL_MS);
+  }
+
+  global.SlotuneApp = { index: index, sweep: sweep, vllmCommand: vllmCommand, fmt: fmt };
+})(window);
