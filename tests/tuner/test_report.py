@@ -1,0 +1,223 @@
+"""The sweep report (HTML + Markdown) and its SVG chart module.
+
+The report is read from a store holding a realistic finished sweep (virtual-time trials,
+an infeasible config, an OOM, confirm re-runs, cards: :mod:`tests.tuner.sweep_data`);
+the chart module is checked on small hand-made data, point by point.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.tuner.sweep_data import RATE, SweepData, populate_finished_sweep
+from tuner.db import migrate
+from tuner.db.records import SweepRecord, TrialRecord
+from tuner.report import (
+    Chart,
+    RefLine,
+    Series,
+    analyse,
+    nice_ticks,
+    pareto_front,
+    render_chart,
+    render_report,
+    write_report,
+)
+from tuner.report._render import render_markdown
+from tuner.report._svg import HEIGHT, MARGIN_BOTTOM, MARGIN_LEFT, MARGIN_RIGHT, MARGIN_TOP, WIDTH
+from tuner.store import Store
+
+# --- the SVG chart module -------------------------------------------------------------------
+
+PLOT_L, PLOT_R = MARGIN_LEFT + 24, WIDTH - MARGIN_RIGHT - 24  # x inset of end points
+PLOT_T, PLOT_B = MARGIN_TOP, HEIGHT - MARGIN_BOTTOM
+
+
+def _circles(svg: str) -> list[dict[str, str]]:
+    return [dict(re.findall(r'([\w-]+)="([^"]*)"', m))
+            for m in re.findall(r"<circle ([^>]*)>", svg)]
+
+
+def test_points_land_where_the_data_says_on_a_linear_axis() -> None:
+    svg = render_chart(Chart("t", "goodput vs x", "the x", "the y (req/s)",
+                             [Series("s", [(0, 0.0), (5, 5.0), (10, 10.0)])],
+                             x_scale="linear"))
+    pts = _circles(svg)
+    assert [p["data-x"] for p in pts] == ["0", "5", "10"]
+    xs = [float(p["cx"]) for p in pts]
+    ys = [float(p["cy"]) for p in pts]
+    assert xs[0] == pytest.approx(PLOT_L, abs=0.1) and xs[2] == pytest.approx(PLOT_R, abs=0.1)
+    assert xs[1] == pytest.approx((PLOT_L + PLOT_R) / 2, abs=0.1)
+    # y ticks run 0..10: 0 at the bottom of the plot area, 10 at its top
+    assert ys[0] == pytest.approx(PLOT_B, abs=0.1) and ys[2] == pytest.approx(PLOT_T, abs=0.1)
+    assert ys[1] == pytest.approx((PLOT_T + PLOT_B) / 2, abs=0.1)
+    assert 'data-chart="t"' in svg and ">the x</text>" in svg and ">the y (req/s)</text>" in svg
+    assert ">goodput vs x</text>" in svg
+
+
+def test_reference_line_sits_at_its_value_and_is_labelled() -> None:
+    svg = render_chart(Chart("ttft", "p99 TTFT", "k", "ms", [Series("s", [(1, 100.0)])],
+                             [RefLine(300.0, "SLO ≤ 300 ms")]))
+    line = re.search(r'<line class="ref" data-y="300" [^>]*y1="([\d.]+)"', svg)
+    assert line is not None
+    ticks = nice_ticks(0, 300)
+    assert ticks[-1] == 300  # the SLO is the top of the axis here
+    assert float(line.group(1)) == pytest.approx(PLOT_T, abs=0.1)
+    assert "SLO ≤ 300 ms" in svg
+
+
+def test_knob_ladders_get_a_log_axis_and_categories_keep_their_order() -> None:
+    svg = render_chart(Chart("k", "t", "x", "y", [Series("s", [(512, 1.0), (2048, 2.0),
+                                                               (8192, 3.0)])]))
+    xs = [float(p["cx"]) for p in _circles(svg)]
+    assert xs[1] - xs[0] == pytest.approx(xs[2] - xs[1], abs=0.2)  # equal ratios, equal gaps
+    assert [t for t in re.findall(r'class="xtick"[^>]*>([^<]*)<', svg)] == ["512", "2048", "8192"]
+    cat = render_chart(Chart("c", "t", "x", "y", [Series("s", [("fp8", 1.0), (None, 2.0)])]))
+    labels = re.findall(r'class="xtick"[^>]*>([^<]*)<', cat)
+    assert labels == ["none", "fp8"]
+    pts = {p["data-x"]: float(p["cx"]) for p in _circles(cat)}
+    assert pts["none"] == pytest.approx(PLOT_L, abs=0.1)
+    assert pts["fp8"] == pytest.approx(PLOT_R, abs=0.1)
+
+
+def test_nice_ticks_and_an_empty_chart() -> None:
+    assert nice_ticks(0, 4.3) == [0, 1, 2, 3, 4, 5]
+    assert nice_ticks(0, 47) == [0, 10, 20, 30, 40, 50]
+    svg = render_chart(Chart("e", "t", "x", "y", [Series("s", [])]))
+    assert "no data" in svg and "<circle" not in svg
+
+
+def test_pareto_front_keeps_only_undominated_points() -> None:
+    points = [(1.0, 100.0), (2.0, 150.0), (2.0, 120.0), (3.0, 300.0), (1.5, 200.0)]
+    assert pareto_front(points) == [(1.0, 100.0), (2.0, 120.0), (3.0, 300.0)]
+
+
+# --- the report from a store ---------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Store, SweepData]]:
+    url = f"sqlite:///{tmp_path_factory.mktemp('report') / 'slotune.db'}"
+    migrate.upgrade(url)
+    with Store(url) as store:
+        yield store, populate_finished_sweep(store)
+
+
+def _winner_flags(data: SweepData) -> list[str]:
+    p = data.winner_params
+    return [f"--max-num-seqs {p['max_num_seqs']}",
+            f"--max-num-batched-tokens {p['max_num_batched_tokens']}",
+            "--enable-prefix-caching", "--max-model-len 4096"]
+
+
+def test_html_report_says_what_the_morning_reader_needs(finished: tuple[Store, SweepData]) -> None:
+    store, data = finished
+    html = render_report(store, data.sweep_id, "html")
+    command = re.search(r"<pre class='command'>([^<]*)</pre>", html)
+    assert command is not None
+    assert command.group(1).startswith("vllm serve Qwen/Qwen2.5-7B-Instruct ")
+    for flag in _winner_flags(data):
+        assert flag in command.group(1)
+    assert f"(id {data.winner_id})" in html and "confirmed: 4 runs" in html
+    # the SLO lines: on the latency charts, at the targets
+    assert 'data-chart="p99-ttft-vs-max_num_seqs"' in html
+    assert 'data-chart="goodput-vs-max_num_batched_tokens"' in html
+    assert 'data-chart="pareto-tpot"' in html
+    assert 'class="ref" data-y="300"' in html and 'class="ref" data-y="50"' in html
+    # constant knobs draw no chart
+    assert 'data-chart="goodput-vs-kv_cache_dtype"' not in html
+    # cards, binding constraint, next step, ties, failures
+    assert "max_num_batched_tokens moves the prefill wall" in html
+    assert "rolled back to max_num_seqs=256" in html
+    assert "<strong>at the limit</strong>" in html
+    assert "stop tuning" in html
+    assert "capacity mode is the answer" in html
+    assert "CUDA out of memory" in html and "max_num_batched_tokens &gt;= max_num_seqs" in html
+    # self-contained: no scripts, stylesheets or images fetched from anywhere
+    assert not re.search(r"<(script|link|img)\b", html)
+    assert not re.search(r"https?://(?!www\.w3\.org/2000/svg)", html)
+
+
+def test_markdown_report_has_the_same_sections_as_tables(
+        finished: tuple[Store, SweepData]) -> None:
+    store, data = finished
+    md = render_report(store, data.sweep_id, "md")
+    block = re.search(r"```sh\n(vllm serve [^\n]+)\n```", md)
+    assert block is not None
+    for flag in _winner_flags(data):
+        assert flag in block.group(1)
+    assert "| max_num_seqs | trials | best goodput (req/s) | trial | p99 TTFT ms (SLO ≤ 300) " \
+           "| p99 TPOT ms (SLO ≤ 50) |" in md
+    assert "### Pareto front" in md
+    assert "### Step 1: max_num_batched_tokens — supported" in md
+    assert "### Step 2: max_num_seqs — rejected" in md
+    assert "**at the limit**" in md and "**Next step:**" in md
+    assert f"at {RATE:g} req/s no longer separates configurations" in md
+    assert re.search(r"\| oom \| 1 \| CUDA out of memory", md)
+    assert "| max_num_batched_tokens >= max_num_seqs | 1 |" in md
+
+
+def test_write_report_writes_both_files(finished: tuple[Store, SweepData], tmp_path: Path) -> None:
+    store, data = finished
+    html_path, md_path = write_report(store, data.sweep_id, tmp_path / "out")
+    assert html_path.read_text().startswith("<!doctype html>")
+    assert md_path.read_text().startswith(f"# Sweep {data.sweep_id}: lab-grid")
+    with pytest.raises(ValueError, match="valid: html, md"):
+        render_report(store, data.sweep_id, "pdf")  # type: ignore[arg-type]
+
+
+# --- next steps from hand-made records -----------------------------------------------------
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _sweep(mode: str = "goodput") -> SweepRecord:
+    return SweepRecord(
+        id=7, name="hand", workload="w", workload_id=1, space={"knobs": {"max_num_seqs": {}}},
+        slo={"percentile": 99.0, "ttft": 300.0, "tpot": 50.0}, slo_key="k", model="m/x",
+        gpu="h100-sxm", strategy="guided", mode=mode, status="done", budget={}, progress={},
+        owner=None, claimed_by=None, heartbeat_at=None, optuna_study_name=None,
+        stop_reason=None, created_at=NOW, started_at=None, finished_at=None)
+
+
+def _trial(i: int, seqs: int, objective: float, wall: str, *, capacity: float | None = None,
+           goodput: float | None = None, confirmed: bool = False) -> TrialRecord:
+    diagnosis: dict[str, Any] = {"wall": wall, "label": f"{wall}-label", "reason": f"{wall} why",
+                                 "evidence": {"waiting_mean": 9.0}, "knobs": [f"{wall}-knob"]}
+    result = {"status": "ok", "objective": objective, "gate_passed": objective > 0,
+              "headroom": 0.9, "diagnosis": diagnosis,
+              "metrics": {"request_goodput": goodput if goodput is not None else objective,
+                          "request_throughput": 10.0, "p99_ttft_ms": 250.0,
+                          "p99_tpot_ms": 40.0}}
+    return TrialRecord(
+        id=i, sweep_id=7, number=i, attempt=1, params={"max_num_seqs": seqs},
+        config={"max_num_seqs": seqs}, spec=None, status="ok", failure_class=None,
+        objective=objective, capacity=capacity, result=result, diagnosis=diagnosis,
+        timings=None, confirmed=confirmed, worker=None, node=None, created_at=NOW,
+        started_at=None, finished_at=None, heartbeat_at=None)
+
+
+def test_queue_bound_winner_says_how_many_replicas_for_the_target_rate() -> None:
+    trials = [_trial(1, 64, 5.0, "queue", capacity=5.0), _trial(2, 128, 6.5, "queue",
+                                                                 capacity=6.5, confirmed=True)]
+    report = analyse(_sweep("capacity"), trials, [],
+                     workload_spec={"arrivals": {"request_rate": 20}})
+    assert report.winner is not None and report.winner.id == 2
+    step = report.next_step
+    assert step.wall == "queue" and step.replicas == 4  # ceil(20 / 6.5)
+    assert "4 replicas" in step.action and "20 req/s" in step.action
+    assert report.tie_note is None  # capacity mode: the rate is what it measures
+
+
+def test_a_knob_wall_lists_its_knobs_and_a_failed_search_says_so() -> None:
+    report = analyse(_sweep(), [_trial(1, 64, 3.0, "decode"), _trial(2, 128, 1.0, "kv")], [])
+    assert report.winner is not None and report.winner.id == 1
+    assert report.next_step.knobs == ("decode-knob",)
+    assert "- decode-knob" in render_markdown(report)
+    empty = analyse(_sweep(), [_trial(1, 64, 0.0, "queue")], [])
+    assert empty.winner is None and "no configuration met the SLO" in empty.next_step.action
