@@ -1,0 +1,222 @@
+"""The dashboard in a real headless Chromium, against the real API on a real database.
+
+A migrated SQLite database is filled through the store with a finished sweep
+(:mod:`tests.tuner.sweep_data`), the API runs as ``uvicorn --factory
+tuner.api.app:create_app`` on a free port, and Chromium loads ``/`` and ``/sweeps/{id}``:
+the workload and its best config are shown with the API's own numbers, the charts drew
+their points, the trial table has a row per trial. Screenshots are kept under
+``tests/artifacts/`` (paths printed).
+
+Driver: Selenium with Debian's ``chromium`` and ``chromium-driver`` (``.ci/run`` installs
+them). Both come from the same Debian package version, so the driver always matches the
+browser, and nothing is downloaded: the driver path is given explicitly, so Selenium
+Manager never runs. Playwright would need its own pinned browser build (or a CDP-version
+gamble against Debian's) and a bundled Node driver for no gain here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import WebDriverWait
+
+from tests.tuner.sweep_data import WORKLOAD, SweepData, populate_finished_sweep
+from tuner.db import migrate
+from tuner.store import Store
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "tests" / "artifacts"
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--window-size=1300,2400")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, SweepData]]:
+    """The API on a database holding one finished sweep: (base URL, what was stored)."""
+    url = f"sqlite:///{tmp_path_factory.mktemp('dashboard') / 'slotune.db'}"
+    migrate.upgrade(url)
+    with Store(url) as store:
+        data = populate_finished_sweep(store)
+    port = _free_port()
+    env = {**os.environ, "DATABASE_URL": url}
+    log = tmp_path_factory.mktemp("uvicorn") / "uvicorn.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "--factory", "tuner.api.app:create_app",
+             "--host", "127.0.0.1", "--port", str(port)],
+            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base}/api/v1/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the API did not start:\n{log.read_text()[-3000:]}")
+            time.sleep(0.2)
+        yield base, data
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
+    for path in (CHROMIUM, CHROMEDRIVER):
+        assert Path(path).exists(), (f"{path} is missing: apt-get install chromium "
+                                     "chromium-driver (.ci/run does)")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in FLAGS:
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
+    driver.set_page_load_timeout(30)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _get(base: str, path: str) -> Any:
+    with urllib.request.urlopen(base + path, timeout=10) as r:
+        return json.load(r)
+
+
+def _load(driver: WebDriver, url: str) -> None:
+    driver.get(url)
+    WebDriverWait(driver, 20).until(
+        lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-loaded") == "true")
+    error = driver.find_element(By.ID, "error").text
+    assert not error, f"the page reported: {error}"
+
+
+def _screenshot(driver: WebDriver, name: str) -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / name
+    driver.save_screenshot(str(path))
+    print(f"screenshot: {path}")
+    return path
+
+
+def _cell(row: Any, field: str) -> Any:
+    return row.find_element(By.CSS_SELECTOR, f'[data-field="{field}"]')
+
+
+def test_index_shows_the_workload_and_its_best_config(api: tuple[str, SweepData],
+                                                      browser: WebDriver) -> None:
+    base, data = api
+    best = _get(base, f"/api/v1/workloads/{WORKLOAD}/best")["data"]
+    assert len(best) == 1 and best[0]["trial_id"] == data.winner_id
+    _load(browser, base + "/")
+    rows = browser.find_elements(By.CSS_SELECTOR, f'#workloads tr[data-workload="{WORKLOAD}"]')
+    assert len(rows) == 1
+    row = rows[0]
+    assert row.get_attribute("data-trial-id") == str(data.winner_id)
+    assert _cell(row, "model").text == best[0]["model"]
+    assert _cell(row, "gpu").text == best[0]["gpu"]
+    assert "TTFT ≤ 300 ms" in _cell(row, "slo").text
+    objective = _cell(row, "objective")
+    assert objective.text == f"{best[0]['objective']:.3f}"
+    assert float(objective.get_attribute("data-value") or "nan") == best[0]["objective"]
+    assert _cell(row, "confirmed").text == "yes"
+    assert _cell(row, "vllm_command").text == best[0]["vllm_command"]
+    sweeps = browser.find_elements(By.CSS_SELECTOR, f'#sweeps tr[data-sweep-id="{data.sweep_id}"]')
+    assert len(sweeps) == 1
+    assert _cell(sweeps[0], "status").text == "done"
+    progress = _get(base, f"/api/v1/sweeps/{data.sweep_id}")["progress"]
+    assert f"done {progress['done']}" in _cell(sweeps[0], "progress").text
+    assert _screenshot(browser, "dashboard-index.png").stat().st_size > 10_000
+
+
+def test_sweep_page_shows_progress_charts_trials_and_cards(api: tuple[str, SweepData],
+                                                          browser: WebDriver) -> None:
+    base, data = api
+    sweep = _get(base, f"/api/v1/sweeps/{data.sweep_id}")
+    trials = _get(base, f"/api/v1/sweeps/{data.sweep_id}/trials?limit=500")["data"]
+    cards = _get(base, f"/api/v1/sweeps/{data.sweep_id}/cards")["data"]
+    _load(browser, f"{base}/sweeps/{data.sweep_id}")
+    assert browser.find_element(By.TAG_NAME, "body").get_attribute("data-sweep-status") == "done"
+
+    def stat(name: str) -> str:
+        return str(browser.find_element(
+            By.CSS_SELECTOR, f'[data-stat="{name}"] .value').get_attribute("data-value"))
+
+    for name in ("done", "running", "failed", "infeasible"):
+        assert stat(name) == str(sweep["progress"][name])
+    assert float(stat("best_objective")) == sweep["progress"]["best_objective"]
+    # the winner box: the confirmed trial, with the API's numbers
+    winner = next(t for t in trials if t["id"] == data.winner_id)
+    box = browser.find_element(By.CSS_SELECTOR, f'#winner [data-trial-id="{data.winner_id}"]')
+    assert _cell(box, "objective").text == f"{winner['objective']:.3f}"
+    assert _cell(box, "p99_ttft_ms").text == f"{winner['metrics']['p99_ttft_ms']:.1f}"
+    assert _cell(box, "vllm_command").text.startswith("vllm serve Qwen/Qwen2.5-7B-Instruct ")
+    assert f"--max-num-seqs {winner['config']['max_num_seqs']}" in _cell(box, "vllm_command").text
+    # one table row per trial, numbers as the API gave them, failures with their reason
+    rows = {r.get_attribute("data-trial-id"): r
+            for r in browser.find_elements(By.CSS_SELECTOR, "#trials tr[data-trial-id]")}
+    assert set(rows) == {str(t["id"]) for t in trials}
+    for t in trials:
+        row = rows[str(t["id"])]
+        assert _cell(row, "status").text == t["status"]
+        if t["objective"] is not None:
+            assert float(_cell(row, "objective").get_attribute("data-value") or "nan") \
+                == t["objective"]
+            assert _cell(row, "objective").text == f"{t['objective']:.3f}"
+        goodput = t["metrics"]["request_goodput"]
+        if goodput is not None:
+            assert _cell(row, "request_goodput").text == f"{goodput:.3f}"
+    oom = next(t for t in trials if t["failure_class"] == "oom")
+    assert "CUDA out of memory" in _cell(rows[str(oom["id"])], "failure").text
+    # charts: an SVG per knob and metric, one point per measured trial, SLO lines
+    measured = [t for t in trials if t["status"] == "ok"]
+    for chart in ("goodput-vs-max_num_seqs", "p99-ttft-vs-max_num_batched_tokens",
+                  "p99-tpot-vs-max_num_seqs", "pareto-ttft"):
+        svg = browser.find_element(By.CSS_SELECTOR, f'svg[data-chart="{chart}"]')
+        points = svg.find_elements(By.CSS_SELECTOR, 'g[data-series="trials"] circle.pt')
+        assert len(points) == len(measured), chart
+        assert points[0].size["width"] > 0  # drawn, not just present
+    ttft = browser.find_element(By.CSS_SELECTOR, 'svg[data-chart="p99-ttft-vs-max_num_seqs"]')
+    assert ttft.find_element(By.CSS_SELECTOR, "line.ref").get_attribute("data-y") == "300"
+    ys = sorted(float(p.get_attribute("data-y") or "nan") for p in
+                ttft.find_elements(By.CSS_SELECTOR, "circle.pt"))
+    assert ys == sorted(t["metrics"]["p99_ttft_ms"] for t in measured)
+    # the experiment cards
+    shown = browser.find_elements(By.CSS_SELECTOR, "#cards .card")
+    assert len(shown) == len(cards) == 2
+    assert cards[0]["hypothesis"] in shown[0].text and "supported" in shown[0].text
+    assert "rejected" in shown[1].text
+    assert _screenshot(browser, "dashboard-sweep.png").stat().st_size > 10_000
