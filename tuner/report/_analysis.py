@@ -11,7 +11,6 @@ Markdown renderers only lay this out.
 from __future__ import annotations
 
 import math
-import shlex
 import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -19,9 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tuner.db.records import BestConfig, CardRecord, SweepRecord, TrialRecord
+from tuner.planner import vllm_command  # one definition, shared with the API
 from tuner.strategies import NOISE_TOLERANCE, params_key, rank
 from workers.contracts import TrialResult
-from workers.engines import flag_args
 from workers.loadgen.diagnosis import KNOBS
 
 __all__ = [
@@ -172,11 +171,6 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[tuple[float, flo
         if not dominated:
             front.append((x, y))
     return front
-
-
-def vllm_command(model: str, config: Mapping[str, Any]) -> str:
-    """The ``vllm serve`` command line that reproduces ``config``."""
-    return shlex.join(["vllm", "serve", model, *flag_args(dict(config))])
 
 
 def analyse(sweep: SweepRecord, trials: Sequence[TrialRecord], cards: Sequence[CardRecord],
