@@ -1,0 +1,107 @@
+"""``slotune api`` and ``uvicorn --factory tuner.api.app:create_app`` as real processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.tuner.api.conftest import settings_for
+from tests.tuner.api.data import TOKEN
+from tests.tuner.db.conftest import PostgresDatabases
+from tuner.api import create_app
+from tuner.db import migrate
+from workers.engines.base import free_port
+
+SLOTUNE = Path(sys.executable).parent / "slotune"
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("SLOTUNE_API") and k != "DATABASE_URL"}
+    return {**env, **extra}
+
+
+@contextmanager
+def _serving(argv: list[str], env: dict[str, str], port: int) -> Iterator[httpx.Client]:
+    process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5) as client:
+            deadline = time.monotonic() + 30
+            while True:
+                assert process.poll() is None, process.communicate()[0]
+                try:
+                    client.get("/api/v1/health")
+                    break
+                except httpx.TransportError:
+                    assert time.monotonic() < deadline, "the API did not answer within 30 s"
+                    time.sleep(0.2)
+            yield client
+    finally:
+        process.send_signal(signal.SIGINT)  # uvicorn's graceful stop
+        try:
+            output = process.communicate(timeout=15)[0]
+        except subprocess.TimeoutExpired:
+            process.kill()
+            output = process.communicate()[0]
+        assert TOKEN not in output  # the token never reaches the process's output
+
+
+@pytest.mark.slow
+def test_slotune_api_serves_a_migrated_database(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'slotune.db'}"
+    migrate.upgrade(url)
+    port = free_port()
+    argv = [str(SLOTUNE), "api", "--port", str(port), "--database-url", url]
+    with _serving(argv, _env(SLOTUNE_API_TOKEN=TOKEN), port) as client:
+        assert client.get("/api/v1/health").json() == {"status": "ok", "database": "ok"}
+        made = client.post("/api/v1/sweeps", json={"budget": {"max_trials": 2}},
+                           headers={"Authorization": f"Bearer {TOKEN}"})
+        assert made.status_code == 201
+        assert client.get("/api/v1/sweeps").json()["count"] == 1
+
+
+@pytest.mark.slow
+def test_uvicorn_factory_reads_database_url(tmp_path: Path) -> None:
+    """How the dashboard's browser test starts the API."""
+    url = f"sqlite:///{tmp_path / 'slotune.db'}"
+    migrate.upgrade(url)
+    port = free_port()
+    argv = [sys.executable, "-m", "uvicorn", "--factory", "tuner.api.app:create_app",
+            "--port", str(port)]
+    with _serving(argv, _env(DATABASE_URL=url), port) as client:
+        assert client.get("/api/v1/health").status_code == 200
+        refused = client.post("/api/v1/sweeps", json={})
+        assert refused.status_code == 403 and "SLOTUNE_API_TOKEN" in refused.json()["detail"]
+
+
+@pytest.mark.slow
+def test_slotune_api_refuses_an_unmigrated_database(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    done = subprocess.run([str(SLOTUNE), "api", "--port", str(free_port()),
+                           "--database-url", url], env=_env(), capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "slotune db upgrade" in lines[0], done.stderr
+    assert "Traceback" not in done.stderr
+
+
+async def test_health_is_503_without_a_schema(api_postgres: PostgresDatabases) -> None:
+    app = create_app(settings_for(api_postgres.create()))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        health = await client.get("/api/v1/health")
+        assert health.status_code == 503 and "slotune db upgrade" in health.json()["database"]
+        sweeps = await client.get("/api/v1/sweeps")
+        assert sweeps.status_code == 503 and "slotune db upgrade" in sweeps.json()["detail"]
+    app.state.store.close()
