@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import httpx
 import pytest
 
 from tests.tuner.api.conftest import ClientFactory
 from tests.tuner.api.data import WRITE, measure, queue
+from tuner.api.routes import dashboard
 from tuner.store import Store
 
 
@@ -175,3 +178,21 @@ async def test_health_and_openapi(client: httpx.AsyncClient) -> None:
     assert "/api/v1/capacity" in schema["paths"] and "/api/v1/workloads/{name}/best" in \
         schema["paths"]
     assert (await client.get("/api/v1/docs")).status_code == 200
+
+
+async def test_dashboard_pages_are_served_when_installed(
+        make_client: ClientFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with make_client() as client:
+        monkeypatch.setattr(dashboard, "STATIC_DIR", tmp_path / "absent")
+        missing = await client.get("/")
+        assert missing.status_code == 404 and "dashboard" in missing.json()["detail"]
+    (tmp_path / "index.html").write_text("<h1>workloads</h1>")
+    (tmp_path / "sweep.html").write_text("<h1>sweep</h1>")
+    (tmp_path / "app.js").write_text("console.log(1)")
+    monkeypatch.setattr(dashboard, "STATIC_DIR", tmp_path)
+    async with make_client() as client:
+        assert (await client.get("/")).text == "<h1>workloads</h1>"
+        page = await client.get("/sweeps/12")
+        assert page.text == "<h1>sweep</h1>" and page.headers["content-type"].startswith(
+            "text/html")
+        assert (await client.get("/static/app.js")).text == "console.log(1)"
