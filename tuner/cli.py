@@ -14,6 +14,7 @@ import typer
 
 from tuner.cli_api import api_command
 from tuner.cli_db import db_app
+from tuner.cli_sweep import best_command, coordinator_command, sweep_app
 from tuner.cli_trial import trial_app
 
 app = typer.Typer(
@@ -28,6 +29,9 @@ app.add_typer(sim_app, name="sim")
 app.add_typer(db_app, name="db")
 app.add_typer(trial_app, name="trial")
 app.command("api")(api_command)
+app.add_typer(sweep_app, name="sweep")
+app.command("coordinator")(coordinator_command)
+app.command("best")(best_command)
 
 _PASSTHROUGH = {
     "allow_extra_args": True,

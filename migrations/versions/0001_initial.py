@@ -169,7 +169,7 @@ def upgrade() -> None:
         sa.Column("hypothesis", sa.Text(), nullable=False),
         sa.Column("variable", sa.String(200), nullable=False),
         sa.Column("values", _JSON, nullable=False),
-        sa.Column("expected_direction", sa.String(50), nullable=False),
+        sa.Column("expected_direction", sa.Text(), nullable=False),
         sa.Column("result", _JSON, nullable=True),
         sa.Column("verdict", sa.String(16), nullable=True),
         sa.Column("rollback", _JSON, nullable=True),

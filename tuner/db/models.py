@@ -214,7 +214,7 @@ class ExperimentCard(Base):
     hypothesis: Mapped[str] = mapped_column(Text)
     variable: Mapped[str] = mapped_column(String(200))
     values: Mapped[list[Any]] = mapped_column(JSONType, default=list)
-    expected_direction: Mapped[str] = mapped_column(String(50))
+    expected_direction: Mapped[str] = mapped_column(Text)
     result: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     verdict: Mapped[str | None] = mapped_column(String(16))
     """None while the experiment runs."""

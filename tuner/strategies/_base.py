@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -217,6 +217,16 @@ class Strategy(ABC):
 
     def _ask_sampled(self) -> optuna.trial.Trial:
         return self.study.ask(self.space.distributions())
+
+    def restore(self, results: Iterable[tuple[Mapping[str, KnobValue], TrialResult]]) -> None:
+        """Seed results measured before a restart (from the store), so they are reused.
+
+        Optuna's study already holds them for its sampler; this gives the strategy the
+        same memory, so a resumed sweep never measures a configuration twice and guided
+        replays its steps from known results without booting anything.
+        """
+        for params, result in results:
+            self._known[params_key(params)] = result
 
     def known(self, params: Mapping[str, KnobValue]) -> TrialResult | None:
         return self._known.get(params_key(params))

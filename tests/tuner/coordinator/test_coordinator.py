@@ -1,0 +1,252 @@
+"""The coordinator on a real database (SQLite and Postgres), trials in virtual time.
+
+Search logic is what these tests are about, so trials run on the simulated engine in
+virtual time (``VirtualExecutor``); ``test_sweep_path.py`` runs the real path.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Hashable
+from typing import Any
+
+import optuna
+import pytest
+
+from tuner.coordinator import Coordinator, GpuShare, SweepRunner
+from tuner.executors import TrialExecutor, VirtualExecutor
+from tuner.store import Store
+from tuner.sweeps import SweepBudget, SweepRequest, queue_sweep
+from workers.contracts import TrialResult, TrialSpec
+
+
+class RecordingExecutor(TrialExecutor):
+    """A virtual executor that remembers what it ran and can lose chosen workers."""
+
+    def __init__(self, gpus: int = 2, lose: set[str] | None = None) -> None:
+        self.inner = VirtualExecutor(gpus)
+        self.submitted: list[TrialSpec] = []
+        self.lose = lose or set()
+        self.in_flight: dict[Hashable, str] = {}
+        self.peak: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def submit(self, spec: TrialSpec) -> Hashable:
+        with self._lock:
+            self.submitted.append(spec)
+            handle = self.inner.submit(spec)
+            sweep = spec.trial_id.split("-")[0]
+            self.in_flight[handle] = sweep
+            running = Counter(self.in_flight.values())
+            self.peak[sweep] = max(self.peak[sweep], running[sweep])
+            return handle
+
+    def wait(self, handles: list[Hashable], timeout_s: float) -> list[tuple[Hashable, TrialResult]]:
+        out = []
+        for handle, result in self.inner.wait(handles, timeout_s):
+            with self._lock:
+                self.in_flight.pop(handle, None)
+            if result.trial_id in self.lose:
+                self.lose.discard(result.trial_id)
+                result = TrialResult(trial_id=result.trial_id, status="failed",
+                                     failure="worker_lost", failure_message="node died")
+            out.append((handle, result))
+        return out
+
+    def capacity(self) -> int:
+        return self.inner.capacity()
+
+    def cancel(self, handle: Hashable) -> None:
+        self.inner.cancel(handle)
+
+
+def run(store: Store, url: str, request: SweepRequest,
+        executor: TrialExecutor | None = None) -> Any:
+    sweep = queue_sweep(store, request)
+    coordinator = Coordinator(store, executor or VirtualExecutor(2), database_url=url)
+    return coordinator.run_sweep(sweep.id)
+
+
+def lab(strategy: str = "tpe", **budget: Any) -> SweepRequest:
+    return SweepRequest(space="lab", strategy=strategy,
+                        budget=SweepBudget(**{"max_trials": 8, "confirm_top": 2,
+                                              "confirm_repeats": 2, **budget}))
+
+
+def test_a_sweep_runs_to_its_budget_and_records_everything(store: Store,
+                                                           migrated_url: str) -> None:
+    final = run(store, migrated_url, lab())
+    assert final.status == "done"
+    assert final.stop_reason == "trial budget reached (8 trials)"
+    trials = store.list_trials(final.id).data
+    assert len(trials) == 8 and all(t.status == "ok" for t in trials)
+    assert len({t.number for t in trials}) == 8
+    assert final.progress["done"] == 8 and final.progress["best_objective"] > 0
+    # The confirmed winner is what the view answers for this workload.
+    [best] = store.best_for_workload(final.workload)
+    assert best.confirmed and best.trial_id == final.progress["best_trial_id"]
+    assert len(final.progress["confirmation"]) == 2
+    # Optuna's study in the same database holds every trial with its constraints.
+    study = optuna.load_study(study_name=final.optuna_study_name,
+                              storage=optuna_url(migrated_url))
+    complete = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
+    assert len(complete) == 8
+    assert all("fits" in t.constraints if hasattr(t, "constraints") else True
+               for t in complete)
+
+
+def optuna_url(url: str) -> optuna.storages.BaseStorage:
+    from tuner.db.optuna_storage import optuna_storage
+
+    return optuna_storage(url)
+
+
+def test_configs_that_break_a_rule_are_infeasible_and_never_boot(store: Store,
+                                                                migrated_url: str) -> None:
+    space = {
+        "name": "rules", "engine": "sim", "model": "Qwen/Qwen2.5-7B-Instruct", "gpu": "rtx4090",
+        "knobs": {"max_num_seqs": {"type": "values", "values": [64, 512], "default": 64},
+                  "max_num_batched_tokens": {"type": "values", "values": [256, 2048],
+                                             "default": 2048}},
+        "workload": {"name": "small", "dataset": {"kind": "random", "input_len": 256,
+                                                  "output_len": 32},
+                     "arrivals": {"request_rate": 2}, "num_prompts": 40},
+        "slo": "ttft:500,tpot:60",
+    }
+    executor = RecordingExecutor()
+    final = run(store, migrated_url, SweepRequest(
+        space=space, strategy="grid", budget=SweepBudget(max_trials=4, confirm_top=0)), executor)
+    trials = store.list_trials(final.id).data
+    infeasible = [t for t in trials if t.status == "infeasible"]
+    assert {(t.params["max_num_seqs"], t.params["max_num_batched_tokens"])
+            for t in infeasible} == {(512, 256)}
+    assert all(t.result and "max_num_batched_tokens >= max_num_seqs" in t.result["violated_rule"]
+               for t in infeasible)
+    booted = {(s.knobs["max_num_seqs"], s.knobs["max_num_batched_tokens"])
+              for s in executor.submitted}
+    assert booted == {(64, 256), (64, 2048), (512, 2048)}
+
+
+def test_a_lost_worker_is_retried_with_the_same_params(store: Store, migrated_url: str) -> None:
+    sweep_probe = queue_sweep(store, lab(max_trials=1))  # learn the next sweep id
+    store.cancel_sweep(sweep_probe.id)
+    next_id = sweep_probe.id + 1
+    executor = RecordingExecutor(lose={f"s{next_id}-t1-a1"})
+    final = run(store, migrated_url, lab(max_trials=4, confirm_top=0), executor)
+    assert final.id == next_id
+    rows = [t for t in store.list_trials(final.id).data if t.number == 1]
+    assert [(t.attempt, t.status) for t in rows] == [(1, "failed"), (2, "ok")]
+    assert rows[0].failure_class == "worker_lost"
+    assert rows[0].params == rows[1].params
+    # Four configurations were measured; the lost attempt did not use up the budget.
+    assert len({t.number for t in store.list_trials(final.id, status="ok").data}) == 4
+
+
+def test_plateau_stops_the_search(store: Store, migrated_url: str) -> None:
+    final = run(store, migrated_url, lab(max_trials=30, plateau_trials=4, confirm_top=0))
+    assert final.stop_reason is not None and final.stop_reason.startswith("plateau")
+    assert final.progress["trials"] < 30
+
+
+def test_gpu_hour_budget_stops_the_search(store: Store, migrated_url: str) -> None:
+    final = run(store, migrated_url, lab(max_trials=30, max_gpu_hours=0.05, confirm_top=0))
+    assert final.stop_reason is not None and "GPU-hour budget" in final.stop_reason
+    assert final.progress["gpu_hours"] >= 0.05
+
+
+def test_cancel_stops_a_running_sweep(store: Store, migrated_url: str) -> None:
+    sweep = queue_sweep(store, lab(max_trials=200, confirm_top=0))
+    coordinator = Coordinator(store, VirtualExecutor(2), database_url=migrated_url)
+    box: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: box.setdefault("r", coordinator.run_sweep(sweep.id)))
+    thread.start()
+    deadline = time.monotonic() + 30
+    while store.get_sweep(sweep.id).progress.get("trials", 0) < 3:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    store.cancel_sweep(sweep.id)
+    thread.join(timeout=30)
+    final = store.get_sweep(sweep.id)
+    assert final.status == "cancelled"
+    assert not store.list_trials(sweep.id, status=["running", "pending"]).data
+    assert len(store.list_trials(sweep.id).data) < 200
+
+
+def test_guided_writes_its_experiment_cards(store: Store, migrated_url: str) -> None:
+    final = run(store, migrated_url, lab("guided", max_trials=12, confirm_top=0))
+    cards = store.list_cards(final.id)
+    assert cards and cards[0].step == 1
+    assert all(c.variable and c.hypothesis and c.expected_direction for c in cards)
+    assert any(c.verdict in ("supported", "rejected", "inconclusive") for c in cards)
+
+
+def test_sweeps_at_once_share_the_gpus_fairly(store: Store, migrated_url: str) -> None:
+    executor = RecordingExecutor(gpus=4)
+    coordinator = Coordinator(store, executor, database_url=migrated_url)
+    ids = [queue_sweep(store, lab("random", max_trials=10, confirm_top=0)).id for _ in range(2)]
+    coordinator.serve(poll_s=0.1, once=True)
+    for sweep_id in ids:
+        final = store.get_sweep(sweep_id)
+        assert final.status == "done", final.stop_reason
+        assert len(store.list_trials(sweep_id).data) == 10
+    # Neither sweep held more than its half of the four GPUs while both ran.
+    assert max(executor.peak.values()) <= 2
+
+
+def test_gpu_share_is_fair_and_total() -> None:
+    share = GpuShare(4)
+    share.join(1)
+    assert all(share.acquire(1, 1) for _ in range(4))  # alone: everything
+    assert not share.acquire(1, 1)
+    share.join(2)
+    share.release(1, 1)
+    share.release(1, 1)
+    assert share.acquire(2, 2) and not share.acquire(2, 1)  # two of four each
+    assert not share.acquire(1, 1)  # over its share while the other runs
+
+
+def test_resume_finishes_a_sweep_whose_coordinator_died(store: Store,
+                                                       migrated_url: str) -> None:
+    """A runner that dies mid-search (its in-flight trials orphaned), then a new one."""
+    sweep = queue_sweep(store, lab(max_trials=10, confirm_top=0))
+    claimed = store.claim_sweep(sweep.id, "dead-coordinator")
+    assert claimed is not None
+
+    class Dies(Exception):
+        pass
+
+    executor = VirtualExecutor(2)
+    runner = SweepRunner(store, claimed, executor, coordinator_id="dead-coordinator",
+                         database_url=migrated_url)
+    calls = {"n": 0}
+    original = runner._finished
+
+    def die_after_four(handle: Hashable, result: TrialResult) -> None:
+        calls["n"] += 1
+        if calls["n"] > 4:
+            raise Dies  # like kill -9: nothing after this point runs
+        original(handle, result)
+
+    runner._finished = die_after_four  # type: ignore[method-assign]
+    runner._abandon = lambda: None  # type: ignore[method-assign] # a kill -9 cleans nothing
+    with pytest.raises(Dies):
+        runner.run()
+    assert store.list_trials(sweep.id, status="running").data  # orphans left behind
+    # A new coordinator takes the stale sweep over and resumes it.
+    coordinator = Coordinator(store, VirtualExecutor(2), database_url=migrated_url)
+    store.update_sweep(sweep.id, status="failed")  # as `sweep resume` would find it
+    store.requeue_sweep(sweep.id)
+    final = coordinator.run_sweep(sweep.id)
+    assert final.status == "done"
+    rows = store.list_trials(sweep.id).data
+    finished = [t for t in rows if t.status in ("ok", "failed", "infeasible")]
+    lost = [t for t in rows if t.status == "lost"]
+    assert lost, "the orphans were marked lost"
+    assert not [t for t in rows if t.status in ("running", "pending")]
+    # None lost: every orphan's params were measured after all. None duplicated: no
+    # configuration was measured twice, and exactly the budget was measured.
+    keys = [str(sorted(t.params.items())) for t in finished]
+    assert len(keys) == len(set(keys)) == 10
+    assert {str(sorted(t.params.items())) for t in lost} <= set(keys)

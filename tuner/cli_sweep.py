@@ -1,0 +1,393 @@
+"""``slotune sweep …``, ``slotune coordinator`` and ``slotune best``.
+
+* ``sweep run`` — queue a sweep and run it in the foreground (embedded defaults: the
+  seed's lab space, local Ray with 2 simulated GPUs, the SQLite file), then print the
+  best-config table, the winner's ``vllm serve`` command line and the report's path.
+* ``sweep submit`` queues one for ``slotune coordinator``; ``status``, ``resume``,
+  ``cancel`` and ``report`` act on stored sweeps; ``best`` reads the
+  ``best_config_per_workload`` view.
+
+Exit codes: 0 done; 1 the database or a worker failed (one line on stderr); 2 a mistake
+in the command (one line on stderr); 3 the sweep ended without any configuration that
+meets the SLO.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import optuna
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from tuner.db.errors import Conflict, NotFound, StorageError
+from tuner.db.records import BestConfig, SweepRecord
+from tuner.settings import get_settings, redact_url
+from tuner.strategies import DEFAULT_STRATEGY
+from tuner.sweeps import REQUEST_ERRORS, SweepBudget, SweepRequest, queue_sweep
+from workers.contracts import SLO
+
+__all__ = ["best_command", "coordinator_command", "sweep_app"]
+
+# Optuna announces every study it creates; the progress bar says what matters here.
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+sweep_app = typer.Typer(help="Sweeps: search a space for the best configuration under an SLO.",
+                        no_args_is_help=True)
+
+DatabaseUrl = Annotated[str | None, typer.Option(
+    "--database-url", help="Database URL (default: DATABASE_URL, else the embedded SQLite "
+    "file).", show_default=False)]
+Executor = Annotated[str, typer.Option(
+    help="Where trials run: 'ray' (local Ray with simulated GPUs, or RAY_ADDRESS) or "
+    "'virtual' (the simulated engine in virtual time, in this process: seconds).")]
+Gpus = Annotated[int, typer.Option(help="GPUs of the local Ray (simulated; ignored with "
+                                   "RAY_ADDRESS).", min=1, max=64)]
+
+
+def _fail(message: str, code: int) -> typer.Exit:
+    print(f"slotune: error: {message}", file=sys.stderr)
+    return typer.Exit(code)
+
+
+def reason(exc: Exception) -> str:
+    """One line that says what was wrong (pydantic's errors as ``field: message``)."""
+    if isinstance(exc, ValidationError):
+        return "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'request'}: "
+            f"{e['msg'].removeprefix('Value error, ')}" for e in exc.errors())
+    return " ".join(str(exc).split())
+
+
+def _store(database_url: str | None, *, migrate: bool = False) -> tuple[Any, str]:
+    from tuner.db import migrate as migrations
+    from tuner.store import Store
+
+    url = database_url or get_settings().database.url
+    try:
+        if migrate:
+            migrations.upgrade(url)  # idempotent: the embedded default needs no setup step
+        store = Store(url)
+        store.check_schema()
+    except StorageError as exc:
+        raise _fail(f"{exc} (run `slotune db upgrade` for a new database)", 1) from None
+    return store, url
+
+
+def _executor(kind: str, gpus: int) -> Any:
+    from tuner.executors import make_executor
+
+    try:
+        return make_executor(kind, num_gpus=gpus, address=get_settings().ray.address)
+    except ValueError as exc:
+        raise _fail(str(exc), 2) from None
+
+
+def vllm_command(model: str, config: dict[str, Any]) -> str:
+    from workers.engines import flag_args
+
+    return shlex.join(["vllm", "serve", model, *flag_args(config)])
+
+
+def slo_text(stored: str) -> str:
+    """The view stores the SLO as canonical JSON; show it as people write it."""
+    try:
+        return str(SLO.model_validate_json(stored))
+    except ValueError:
+        return stored
+
+
+def _best_table(rows: list[BestConfig], title: str) -> Table:
+    table = Table(title=title)
+    for col in ("workload", "model", "GPU", "SLO", "objective", "capacity", "confirmed",
+                "trial"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r.workload, r.model, r.gpu, slo_text(r.slo), f"{r.objective:.3f}",
+                      "—" if r.capacity is None else f"{r.capacity:.2f}",
+                      "yes" if r.confirmed else "no", str(r.trial_id))
+    return table
+
+
+def _run_with_progress(coordinator: Any, sweep: SweepRecord, console: Console, *,
+                       takeover: bool = False) -> SweepRecord:
+    columns = (TextColumn("[bold]sweep {task.fields[sweep]}[/] {task.fields[phase]}"),
+               BarColumn(), TaskProgressColumn(),
+               TextColumn("ok {task.fields[ok]} · running {task.fields[running]} · failed "
+                          "{task.fields[failed]} · infeasible {task.fields[infeasible]} · "
+                          "best {task.fields[best]} · ETA {task.fields[eta]}"),
+               TimeElapsedColumn())
+    total = int(sweep.budget.get("max_trials", 1))
+    with Progress(*columns, console=console, transient=False) as bar:
+        task = bar.add_task("sweep", total=total, sweep=sweep.id, phase="starting", ok=0,
+                            running=0, failed=0, infeasible=0, best="—", eta="—")
+
+        def update(p: dict[str, Any]) -> None:
+            best = p.get("best_objective")
+            eta = p.get("eta_s")
+            bar.update(task, completed=p["done"] + p["failed"] + p["infeasible"],
+                       phase=p["phase"], ok=p["done"], running=p["running"],
+                       failed=p["failed"], infeasible=p["infeasible"],
+                       best="—" if best is None else f"{best:.3f}",
+                       eta="—" if eta is None else f"{eta:.0f}s")
+
+        return coordinator.run_sweep(  # type: ignore[no-any-return]
+            sweep.id, on_progress=update, takeover=takeover)
+
+
+def _finish(store: Any, sweep: SweepRecord, console: Console,
+            report_dir: Path | None) -> int:
+    rows = [r for r in store.best_config_per_workload()
+            if (r.workload, r.model, r.gpu) == (sweep.workload, sweep.model, sweep.gpu)]
+    console.print(f"sweep {sweep.id} {sweep.status}: {sweep.stop_reason or ''}")
+    if rows:
+        console.print(_best_table(rows, f"best configuration for {sweep.workload}"))
+    best_id = sweep.progress.get("best_trial_id")
+    best_objective = sweep.progress.get("best_objective")
+    if best_id is not None and best_objective:
+        trial = store.get_trial(int(best_id))
+        console.print("winner of this sweep:")
+        console.print(f"  {vllm_command(sweep.model, trial.config)}", soft_wrap=True,
+                      highlight=False)
+    else:
+        console.print("[yellow]no configuration met the SLO at this workload's rate; "
+                      "try capacity mode (--mode capacity) or more replicas[/]")
+    report = _write_report(store, sweep.id, report_dir)
+    if report:
+        console.print(f"report: {report}")
+    return 0 if best_objective else 3
+
+
+def _write_report(store: Any, sweep_id: int, directory: Path | None) -> Path | None:
+    try:
+        from tuner.report import write_report
+    except ImportError:
+        return None
+    from tuner.settings import default_data_dir
+
+    target = directory or default_data_dir() / "reports" / f"sweep-{sweep_id}"
+    html, _ = write_report(store, sweep_id, target)
+    return Path(html)
+
+
+@sweep_app.command("run")
+def run(
+    space: Annotated[str, typer.Option(help="Search space: shipped name or YAML file.")] = "lab",
+    strategy: Annotated[str, typer.Option(help="grid, random, tpe, guided, guided+tpe.")] =
+        DEFAULT_STRATEGY,
+    trials: Annotated[int, typer.Option(help="Trial budget.", min=1)] = 12,
+    parallel: Annotated[int | None, typer.Option(help="At most this many trials at once "
+                                                 "(default: one per free GPU group).")] = None,
+    workload: Annotated[str | None, typer.Option(help="Override the space's workload.")] = None,
+    slo: Annotated[str | None, typer.Option(help="Override the space's SLO.")] = None,
+    mode: Annotated[str | None, typer.Option(help="goodput or capacity.")] = None,
+    max_gpu_hours: Annotated[float | None, typer.Option(help="GPU-hour budget.")] = None,
+    deadline: Annotated[datetime | None, typer.Option(help="Stop launching trials after "
+                                                      "this time (ISO 8601).")] = None,
+    plateau: Annotated[int | None, typer.Option(help="Stop after this many trials without "
+                                                "improvement.")] = None,
+    confirm_top: Annotated[int, typer.Option(help="Re-run the best N configurations "
+                                             "(0: off).")] = 2,
+    confirm_repeats: Annotated[int, typer.Option(help="Repeats per confirmed config.")] = 2,
+    seed: Annotated[int, typer.Option(help="Sampler seed.")] = 0,
+    executor: Executor = "ray",
+    gpus: Gpus = 2,
+    database_url: DatabaseUrl = None,
+    report_dir: Annotated[Path | None, typer.Option(help="Where to write the report.")] = None,
+) -> None:
+    """Run a sweep in the foreground and print the winner."""
+    try:
+        request = SweepRequest(
+            space=space, strategy=strategy, workload=workload, slo=slo, mode=mode,
+            seed=seed, budget=SweepBudget(max_trials=trials, max_parallel=parallel,
+                                          max_gpu_hours=max_gpu_hours, deadline=deadline,
+                                          plateau_trials=plateau, confirm_top=confirm_top,
+                                          confirm_repeats=confirm_repeats))
+    except REQUEST_ERRORS as exc:
+        raise _fail(reason(exc), 2) from None
+    store, url = _store(database_url, migrate=True)
+    try:
+        sweep = queue_sweep(store, request)
+    except REQUEST_ERRORS as exc:
+        raise _fail(reason(exc), 2) from None
+    console = Console()
+    console.print(f"sweep {sweep.id}: space {space}, strategy {strategy}, {trials} trials, "
+                  f"database {redact_url(url)}, executor {executor}")
+    final = _run(store, url, sweep, executor, gpus, console)
+    raise typer.Exit(_finish(store, final, console, report_dir))
+
+
+def _run(store: Any, url: str, sweep: SweepRecord, executor: str, gpus: int,
+         console: Console, *, takeover: bool = False) -> SweepRecord:
+    from tuner.coordinator import Coordinator
+
+    runner = _executor(executor, gpus)
+    try:
+        return _run_with_progress(Coordinator(store, runner, database_url=url), sweep, console,
+                                  takeover=takeover)
+    except Conflict as exc:
+        raise _fail(str(exc), 1) from None
+    except KeyboardInterrupt:
+        raise _fail(f"interrupted; resume with `slotune sweep resume {sweep.id}`", 1) from None
+    finally:
+        runner.shutdown()
+
+
+@sweep_app.command("submit")
+def submit(
+    space: Annotated[str, typer.Option(help="Search space: shipped name or YAML file.")] = "lab",
+    strategy: Annotated[str, typer.Option(help="Search strategy.")] = DEFAULT_STRATEGY,
+    trials: Annotated[int, typer.Option(min=1, help="Trial budget.")] = 20,
+    workload: Annotated[str | None, typer.Option(help="Override the workload.")] = None,
+    slo: Annotated[str | None, typer.Option(help="Override the SLO.")] = None,
+    owner: Annotated[str | None, typer.Option(help="Who asks.")] = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Queue a sweep for `slotune coordinator`; prints its id."""
+    try:
+        request = SweepRequest(space=space, strategy=strategy, workload=workload, slo=slo,
+                               owner=owner, budget=SweepBudget(max_trials=trials))
+    except REQUEST_ERRORS as exc:
+        raise _fail(reason(exc), 2) from None
+    store, _ = _store(database_url)
+    try:
+        sweep = queue_sweep(store, request)
+    except REQUEST_ERRORS as exc:
+        raise _fail(reason(exc), 2) from None
+    print(sweep.id)
+
+
+@sweep_app.command("status")
+def status(
+    sweep_id: Annotated[int | None, typer.Argument(help="A sweep (default: the recent ones).")]
+        = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Progress of one sweep, or a list of recent sweeps."""
+    store, _ = _store(database_url)
+    console = Console()
+    try:
+        sweeps = [store.get_sweep(sweep_id)] if sweep_id is not None else \
+            store.list_sweeps(limit=20).data
+    except NotFound as exc:
+        raise _fail(str(exc), 2) from None
+    table = Table(title="sweeps")
+    for col in ("id", "name", "status", "trials", "ok", "running", "failed", "infeasible",
+                "best", "ETA", "stop reason"):
+        table.add_column(col)
+    for s in sweeps:
+        p = s.progress
+        best = p.get("best_objective")
+        table.add_row(str(s.id), s.name, s.status,
+                      f"{p.get('trials', 0)}/{s.budget.get('max_trials', '?')}",
+                      str(p.get("done", 0)), str(p.get("running", 0)), str(p.get("failed", 0)),
+                      str(p.get("infeasible", 0)), "—" if best is None else f"{best:.3f}",
+                      "—" if p.get("eta_s") is None else f"{p['eta_s']:.0f}s",
+                      s.stop_reason or "")
+    console.print(table)
+
+
+@sweep_app.command("resume")
+def resume(
+    sweep_id: Annotated[int, typer.Argument(help="The sweep to resume.")],
+    executor: Executor = "ray",
+    gpus: Gpus = 2,
+    takeover: Annotated[bool, typer.Option(help="Take the sweep over now, even if its "
+                                           "coordinator's heartbeat is recent (it died).")] =
+        False,
+    database_url: DatabaseUrl = None,
+    report_dir: Annotated[Path | None, typer.Option(help="Where to write the report.")] = None,
+) -> None:
+    """Continue a sweep whose coordinator stopped or died (nothing lost, nothing repeated)."""
+    store, url = _store(database_url)
+    try:
+        sweep = store.get_sweep(sweep_id)
+        if sweep.status in ("failed", "cancelled"):
+            sweep = store.requeue_sweep(sweep_id)
+    except (NotFound, Conflict) as exc:
+        raise _fail(str(exc), 2) from None
+    console = Console()
+    final = _run(store, url, sweep, executor, gpus, console, takeover=takeover)
+    raise typer.Exit(_finish(store, final, console, report_dir))
+
+
+@sweep_app.command("cancel")
+def cancel(
+    sweep_id: Annotated[int, typer.Argument(help="The sweep to cancel.")],
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Cancel a sweep; its coordinator stops its trials at its next heartbeat."""
+    store, _ = _store(database_url)
+    try:
+        sweep = store.cancel_sweep(sweep_id)
+    except (NotFound, Conflict) as exc:
+        raise _fail(str(exc), 2) from None
+    print(f"sweep {sweep.id}: {sweep.status}")
+
+
+@sweep_app.command("report")
+def report(
+    sweep_id: Annotated[int, typer.Argument(help="The sweep.")],
+    output: Annotated[Path | None, typer.Option(help="Directory for report.html and "
+                                                "report.md.")] = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Write a sweep's report (HTML and Markdown) and print its path."""
+    store, _ = _store(database_url)
+    try:
+        store.get_sweep(sweep_id)
+        path = _write_report(store, sweep_id, output)
+    except NotFound as exc:
+        raise _fail(str(exc), 2) from None
+    if path is None:
+        raise _fail("the report module is not available in this installation", 1)
+    print(path)
+
+
+def coordinator_command(
+    executor: Executor = "ray",
+    gpus: Gpus = 2,
+    once: Annotated[bool, typer.Option(help="Exit when no sweep is queued or running.")] =
+        False,
+    poll: Annotated[float, typer.Option(help="Seconds between looks for queued sweeps.")] = 2.0,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Run queued sweeps (several at once, sharing the GPUs) until stopped."""
+    from tuner.coordinator import Coordinator
+
+    store, url = _store(database_url)
+    runner = _executor(executor, gpus)
+    coordinator = Coordinator(store, runner, database_url=url)
+    print(f"{coordinator.coordinator_id}: serving sweeps from {redact_url(url)} "
+          f"on {runner.capacity()} GPUs", flush=True)
+    try:
+        coordinator.serve(poll_s=poll, once=once)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        runner.shutdown()
+
+
+def best_command(
+    workload: Annotated[str | None, typer.Option(help="Only this workload.")] = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """The best configuration per workload (the best_config_per_workload view)."""
+    store, _ = _store(database_url)
+    try:
+        rows = store.best_for_workload(workload) if workload else \
+            store.best_config_per_workload()
+    except NotFound as exc:
+        raise _fail(str(exc), 2) from None
+    console = Console()
+    console.print(_best_table(rows, "best configuration per workload"))
+    for r in rows:
+        console.print(f"{r.workload}: {vllm_command(r.model, r.config)}", soft_wrap=True,
+                      highlight=False)

@@ -1,0 +1,561 @@
+"""The study coordinator: runs sweeps from the database, trials on the executor.
+
+The database is the single source of truth, so a coordinator that dies resumes from it
+alone. A :class:`SweepRunner` drives one claimed sweep:
+
+1. **Resume.** Running trials left by a dead coordinator become ``lost``, their Optuna
+   trials are failed and their params re-enqueued; everything already measured is
+   handed to the strategy so nothing is measured twice.
+2. **Search.** Optuna ask/tell through the strategy; as many trials in flight as there
+   are free GPU groups of the size the spec needs (shared fairly between the sweeps of
+   one coordinator); a configuration that breaks a rule of the space is recorded
+   ``infeasible`` without booting; a lost worker is retried with the same params.
+3. **Budgets.** Trials, GPU-hours, a deadline, parallelism and a plateau stop — checked
+   by :class:`Budget`, apart from the strategy (which may stop on its own).
+4. **Confirm.** The top configurations are re-run several times in interleaved order and
+   the winner is the best lower confidence bound; its trial is marked ``confirmed``.
+
+Three roles stay apart: the executor runs trials, the strategy says what to try, the
+budget says whether to continue.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import threading
+import time
+import uuid
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import optuna
+
+from tuner.db.errors import Conflict
+from tuner.db.optuna_storage import optuna_storage
+from tuner.db.records import SweepRecord, TrialRecord
+from tuner.executors import TrialExecutor
+from tuner.spaces import SearchSpace
+from tuner.store import Store
+from tuner.strategies import (
+    NOISE_TOLERANCE,
+    Proposal,
+    Strategy,
+    confirm,
+    make_strategy,
+    params_key,
+    rank,
+)
+from tuner.sweeps import SweepBudget, resolve_space
+from workers.contracts import KnobValue, TrialResult, TrialSpec
+
+log = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 3
+"""A trial whose worker is lost is retried this many times in all."""
+HEARTBEAT_S = 2.0
+STALE_AFTER_S = 15.0
+"""A running sweep whose coordinator has not beaten for this long may be taken over
+(heartbeats come every few seconds, so this is several missed beats)."""
+
+ProgressFn = Callable[[dict[str, Any]], None]
+
+
+class GpuShare:
+    """GPUs shared fairly between the sweeps one coordinator runs at once.
+
+    A sweep may hold at most its fair share (capacity ÷ active sweeps, at least one
+    trial's worth) while others wait, and everything when it runs alone.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = max(1, capacity)
+        self._held: dict[int, int] = {}
+        self._active: set[int] = set()
+        self._lock = threading.Lock()
+
+    def join(self, sweep_id: int) -> None:
+        with self._lock:
+            self._active.add(sweep_id)
+            self._held.setdefault(sweep_id, 0)
+
+    def leave(self, sweep_id: int) -> None:
+        with self._lock:
+            self._active.discard(sweep_id)
+            self._held.pop(sweep_id, None)
+
+    def acquire(self, sweep_id: int, gpus: int) -> bool:
+        with self._lock:
+            used = sum(self._held.values())
+            fair = max(gpus, self.capacity // max(1, len(self._active)))
+            if used + gpus > self.capacity or self._held.get(sweep_id, 0) + gpus > fair:
+                return False
+            self._held[sweep_id] = self._held.get(sweep_id, 0) + gpus
+            return True
+
+    def could_fit(self, sweep_id: int, gpus: int) -> bool:
+        """Whether an acquire of ``gpus`` would succeed now (without taking them)."""
+        with self._lock:
+            used = sum(self._held.values())
+            fair = max(gpus, self.capacity // max(1, len(self._active)))
+            return used + gpus <= self.capacity and self._held.get(sweep_id, 0) + gpus <= fair
+
+    def release(self, sweep_id: int, gpus: int) -> None:
+        with self._lock:
+            self._held[sweep_id] = max(0, self._held.get(sweep_id, 0) - gpus)
+
+
+@dataclass
+class Budget:
+    """Whether the sweep may start another trial (the third role, apart from strategy)."""
+
+    limits: SweepBudget
+    started_at: float = field(default_factory=time.monotonic)
+
+    def stop_reason(self, *, trials: int, gpu_hours: float, since_improvement: int) -> str | None:
+        b = self.limits
+        if trials >= b.max_trials:
+            return f"trial budget reached ({b.max_trials} trials)"
+        if b.max_gpu_hours is not None and gpu_hours >= b.max_gpu_hours:
+            return f"GPU-hour budget reached ({gpu_hours:.2f} ≥ {b.max_gpu_hours:g})"
+        if b.deadline is not None:
+            deadline = b.deadline if b.deadline.tzinfo else b.deadline.replace(tzinfo=UTC)
+            if datetime.now(UTC) >= deadline:
+                return f"deadline reached ({deadline.isoformat()})"
+        if b.plateau_trials is not None and since_improvement >= b.plateau_trials:
+            return (f"plateau: {since_improvement} trials without an improvement beyond "
+                    f"{NOISE_TOLERANCE:.0%}")
+        return None
+
+
+@dataclass
+class _Running:
+    row: TrialRecord
+    proposal: Proposal
+    spec: TrialSpec
+    gpus: int
+
+
+def gpu_hours(result: TrialResult, gpus: int) -> float:
+    return result.timings.total_s * max(1, gpus) / 3600.0
+
+
+class SweepRunner:
+    """Runs one claimed sweep to its end (see the module docstring)."""
+
+    def __init__(self, store: Store, sweep: SweepRecord, executor: TrialExecutor, *,
+                 coordinator_id: str, database_url: str, share: GpuShare | None = None,
+                 on_progress: ProgressFn | None = None) -> None:
+        self.store = store
+        self.sweep = sweep
+        self.executor = executor
+        self.coordinator_id = coordinator_id
+        self.database_url = database_url
+        self.share = share or GpuShare(executor.capacity())
+        self.on_progress = on_progress
+        self.space: SearchSpace = resolve_space(sweep.space)
+        budget = dict(sweep.budget)
+        self.seed = int(budget.pop("seed", 0))
+        self.budget = Budget(SweepBudget.model_validate(budget))
+        self.strategy: Strategy = self._strategy()
+        self.running: dict[Hashable, _Running] = {}
+        self.results: list[tuple[TrialRecord, TrialResult]] = []
+        self.gpu_hours = 0.0
+        self.best: tuple[float, int] | None = None
+        self.since_improvement = 0
+        self.cancelled = False
+        self._last_beat = 0.0
+        self._durations: list[float] = []
+        self._deferred: tuple[Proposal, TrialSpec] | None = None
+        self.confirmation: list[dict[str, Any]] = []
+
+    # ---- setup --------------------------------------------------------------------
+
+    def _strategy(self) -> Strategy:
+        name = self.sweep.strategy
+        # The strategy picks its sampler; the study lives in our database under the
+        # sweep's study name, so `optuna-dashboard DATABASE_URL` shows it.
+        sampler = make_strategy(name, self.space, seed=self.seed).study.sampler
+        storage = optuna_storage(self.database_url)
+        if not self.sweep.progress and self.sweep.optuna_study_name:
+            # A first run owns its study name: drop a stale study left under it (a sweep
+            # deleted earlier whose id the database handed out again).
+            with contextlib.suppress(KeyError):
+                optuna.delete_study(study_name=self.sweep.optuna_study_name, storage=storage)
+        study = optuna.create_study(
+            study_name=self.sweep.optuna_study_name, storage=storage,
+            direction="maximize", sampler=sampler, load_if_exists=True)
+        study.set_user_attr("slotune_sweep_id", self.sweep.id)
+        return make_strategy(name, self.space, study=study, seed=self.seed)
+
+    def _resume(self) -> None:
+        study = self.strategy.study
+        orphans = self.store.recover_orphans(self.sweep.id)
+        running = {t.number: t for t in study.get_trials(
+            deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))}
+        for number in running:
+            # Asked by a coordinator that died before it finished them: failed in Optuna.
+            study.tell(number, state=optuna.trial.TrialState.FAIL)
+        for orphan in orphans:
+            study.enqueue_trial(orphan.params, skip_if_exists=False)
+            log.info("sweep %s: trial %s (attempt %s) was lost with its coordinator; "
+                     "re-enqueued", self.sweep.id, orphan.number, orphan.attempt)
+        done = self.store.list_trials(self.sweep.id, status=["ok", "failed", "infeasible"])
+        known = []
+        for row in done.data:
+            if row.result is None:
+                continue
+            result = TrialResult.model_validate(row.result)
+            if result.failure == "worker_lost":
+                continue  # transient: not a fact about the configuration
+            known.append((row.params, result))
+            self._account(row, result, gpus=self._gpus_of(row.params))
+        self.strategy.restore(known)
+
+    # ---- the loop -----------------------------------------------------------------
+
+    def run(self) -> SweepRecord:
+        self.share.join(self.sweep.id)
+        try:
+            self._resume()
+            stop = self._search()
+            if not self.cancelled:
+                self._progress(phase="confirm", stop_reason=stop)
+                self._confirm()
+            if self.cancelled:
+                self._progress(phase="cancelled", stop_reason=stop)
+                return self.store.get_sweep(self.sweep.id)
+            return self.store.update_sweep(self.sweep.id, status="done", stop_reason=stop,
+                                           progress=self.progress(phase="done",
+                                                                  stop_reason=stop))
+        except BaseException:
+            self._abandon()
+            raise
+        finally:
+            self.share.leave(self.sweep.id)
+
+    def _search(self) -> str:
+        stop: str | None = None
+        while True:
+            if not self._beat():
+                return "cancelled"
+            stop = stop or self.budget.stop_reason(
+                trials=self._trials_started(), gpu_hours=self.gpu_hours,
+                since_improvement=self.since_improvement)
+            if stop is None:
+                self._launch()
+            if not self.running:
+                if stop is not None:
+                    return stop
+                if self.strategy.done:
+                    return self.strategy.stop_reason or "the strategy stopped"
+                if self.strategy.pending == 0 and not self._launch():
+                    return self.strategy.stop_reason or "nothing left to try"
+                if not self.running:
+                    time.sleep(0.2)  # a proposal waits for GPUs other sweeps hold
+                    continue
+            for handle, result in self.executor.wait(list(self.running), timeout_s=HEARTBEAT_S):
+                self._finished(handle, result)
+
+    def _trials_started(self) -> int:
+        return len(self.results) + len(self.running)
+
+    def _launch(self) -> bool:
+        """Start what the budget, the GPUs and the strategy allow; True if anything did."""
+        launched = False
+        limit = self.budget.limits.max_parallel
+        while self._trials_started() < self.budget.limits.max_trials:
+            if limit is not None and len(self.running) >= limit:
+                break
+            if self._deferred is None:
+                if not self.share.could_fit(self.sweep.id, 1):
+                    break
+                proposal = self.strategy.ask()
+                if proposal is None:
+                    break
+                if proposal.preset is not None:
+                    row = self.store.start_trial(self.sweep.id, number=proposal.number,
+                                                 params=proposal.params, attempt=1,
+                                                 worker=self.coordinator_id)
+                    self._record(row, proposal, proposal.preset, 0)
+                    launched = True
+                    continue
+                spec = self._spec(proposal.params, f"s{self.sweep.id}-t{proposal.number}-a1")
+                self._deferred = (proposal, spec)
+            proposal, spec = self._deferred
+            gpus = spec.tensor_parallel_size
+            if not self.share.acquire(self.sweep.id, gpus):
+                break  # held until a GPU group of its size is free
+            self._deferred = None
+            row = self.store.start_trial(self.sweep.id, number=proposal.number,
+                                         params=proposal.params, spec=spec, attempt=1,
+                                         worker=self.coordinator_id)
+            self.running[self.executor.submit(spec)] = _Running(row, proposal, spec, gpus)
+            launched = True
+        return launched
+
+    def _finished(self, handle: Hashable, result: TrialResult) -> None:
+        run = self.running.pop(handle)
+        self.share.release(self.sweep.id, run.gpus)
+        if result.failure == "worker_lost" and run.row.attempt < MAX_ATTEMPTS:
+            # Transient: record this attempt, run the same params again.
+            self.store.finish_trial(run.row.id, result)
+            self.gpu_hours += gpu_hours(result, run.gpus)
+            attempt = run.row.attempt + 1
+            spec = run.spec.model_copy(update={
+                "trial_id": f"s{self.sweep.id}-t{run.proposal.number}-a{attempt}"})
+            row = self.store.start_trial(self.sweep.id, number=run.proposal.number,
+                                         params=run.proposal.params, spec=spec,
+                                         attempt=attempt, worker=self.coordinator_id)
+            self.share.acquire(self.sweep.id, run.gpus)
+            self.running[self.executor.submit(spec)] = _Running(row, run.proposal, spec,
+                                                               run.gpus)
+            return
+        self._record(run.row, run.proposal, result, run.gpus)
+
+    def _record(self, row: TrialRecord, proposal: Proposal, result: TrialResult,
+                gpus: int) -> None:
+        stored = self.store.finish_trial(row.id, result)
+        self.strategy.tell(proposal, result)
+        self._account(stored, result, gpus)
+        self._sync_cards()
+        self._progress(phase="search")
+
+    def _account(self, row: TrialRecord, result: TrialResult, gpus: int) -> None:
+        self.results.append((row, result))
+        self.gpu_hours += gpu_hours(result, gpus)
+        if result.status == "ok" and result.timings.total_s:
+            self._durations.append(result.timings.total_s)
+        improved = result.status == "ok" and result.objective > 0 and (
+            self.best is None or result.objective > self.best[0] * (1 + NOISE_TOLERANCE))
+        if improved:
+            self.best = (result.objective, row.id)
+            self.since_improvement = 0
+        else:
+            if (result.status == "ok" and self.best is not None
+                    and result.objective > self.best[0]):
+                self.best = (result.objective, row.id)  # better, but within noise
+            self.since_improvement += 1
+
+    def _gpus_of(self, params: dict[str, KnobValue]) -> int:
+        value = self.space.engine_values(params).get("tensor_parallel_size", 1)
+        return int(value) if isinstance(value, int | float | str) else 1
+
+    def _spec(self, params: dict[str, KnobValue], trial_id: str, **overrides: Any) -> TrialSpec:
+        return self.space.to_trial_spec(params, trial_id, **overrides)
+
+    # ---- confirmation -------------------------------------------------------------
+
+    def _confirm(self) -> None:
+        """Re-run the top configurations, interleaved; the best lower bound wins."""
+        limits = self.budget.limits
+        ok = [(row, res) for row, res in self.results if res.status == "ok" and res.objective > 0]
+        if limits.confirm_top == 0 or not ok:
+            return
+        order = rank([res for _, res in ok])
+        top: list[tuple[TrialRecord, TrialResult]] = []
+        seen: set[str] = set()
+        for i in order:
+            key = params_key(ok[i][0].params)
+            if key not in seen:
+                seen.add(key)
+                top.append(ok[i])
+            if len(top) == limits.confirm_top:
+                break
+        # Submit every repeat at once in interleaved order; the executor spreads them
+        # over the GPUs. Each repeat varies the simulator's seed (noise, if any).
+        runs: dict[tuple[int, int], TrialResult] = {}
+        pending: dict[Hashable, tuple[int, int, int]] = {}
+        for r in range(limits.confirm_repeats):
+            for i, (row, _) in enumerate(top):
+                spec = self._spec(row.params, f"s{self.sweep.id}-t{row.number}-confirm{r}")
+                if spec.engine == "sim":
+                    spec = spec.model_copy(update={"sim": spec.sim.model_copy(
+                        update={"seed": spec.sim.seed + 1000 * (r + 1)})})
+                pending[self.executor.submit(spec)] = (i, r, spec.tensor_parallel_size)
+        while pending:
+            if not self._beat():
+                for handle in pending:
+                    self.executor.cancel(handle)
+                return
+            for handle, result in self.executor.wait(list(pending), timeout_s=HEARTBEAT_S):
+                i, r, gpus = pending.pop(handle)
+                runs[(i, r)] = result
+                self.gpu_hours += gpu_hours(result, gpus)
+        params_index = {params_key(row.params): i for i, (row, _) in enumerate(top)}
+        outcome = confirm([row.params for row, _ in top],
+                          lambda params, r: runs[(params_index[params_key(params)], r)],
+                          repeats=limits.confirm_repeats)
+        if outcome.winner is None:
+            return
+        winner = top[params_index[params_key(outcome.winner.params)]][0]
+        self.store.mark_confirmed(winner.id)
+        self.best = (outcome.winner.mean, winner.id)
+        def summary(result: TrialResult) -> dict[str, Any]:
+            return {"objective": result.objective, "status": result.status,
+                    "failure": result.failure, "gate_passed": result.gate_passed,
+                    "p99_ttft_ms": result.metrics.get("p99_ttft_ms"),
+                    "p99_tpot_ms": result.metrics.get("p99_tpot_ms"),
+                    "early_abort": result.early_abort}
+
+        index_of = {params_key(c.params): params_index[params_key(c.params)]
+                    for c in outcome.candidates}
+        self.confirmation = [{
+            "trial_id": top[index_of[params_key(c.params)]][0].id, "params": c.params,
+            "runs": list(c.objectives), "mean": c.mean, "stdev": c.stdev, "lcb": c.lcb,
+            "winner": c is outcome.winner,
+            "details": [summary(runs[(index_of[params_key(c.params)], r)])
+                        for r in range(limits.confirm_repeats)],
+        } for c in outcome.candidates]
+
+    # ---- bookkeeping --------------------------------------------------------------
+
+    def _beat(self) -> bool:
+        """Heartbeat the sweep and its running trials; False once the sweep is cancelled."""
+        now = time.monotonic()
+        if now - self._last_beat < HEARTBEAT_S and not self.cancelled:
+            return True
+        self._last_beat = now
+        try:
+            self.store.heartbeat_sweep(self.sweep.id, self.coordinator_id)
+        except Conflict:
+            self.cancelled = True
+            for handle in list(self.running):
+                self.executor.cancel(handle)
+            self.running.clear()
+            self.store.recover_orphans(self.sweep.id)
+            return False
+        for run in self.running.values():
+            self.store.heartbeat_trial(run.row.id)
+        return True
+
+    def _sync_cards(self) -> None:
+        cards = getattr(self.strategy, "cards", None)
+        if not cards:
+            return
+        stored = {c.step: c for c in self.store.list_cards(self.sweep.id)}
+        for card in cards:
+            data = card.to_dict()
+            existing = stored.get(card.step)
+            if existing is None:
+                existing = self.store.add_card(
+                    self.sweep.id, step=card.step, symptom=card.symptom,
+                    evidence=card.evidence, hypothesis=card.hypothesis,
+                    variable=card.variable, values=list(card.values),
+                    expected_direction=card.expected)
+            if card.verdict is not None and existing.verdict is None:
+                self.store.resolve_card(existing.id, result={
+                    "summary": card.result, "results": data["results"],
+                    "baseline_value": card.baseline_value}, verdict=card.verdict,
+                    rollback=card.rollback or None)
+
+    def progress(self, *, phase: str, stop_reason: str | None = None) -> dict[str, Any]:
+        statuses = [res.status for _, res in self.results]
+        remaining = max(0, self.budget.limits.max_trials - self._trials_started())
+        parallel = max(1, min(self.share.capacity, self.budget.limits.max_parallel or 10**6))
+        mean = sum(self._durations) / len(self._durations) if self._durations else None
+        eta = None if mean is None else (
+            math.ceil((remaining + len(self.running)) / parallel) * mean)
+        best_row = next((row for row, _ in self.results
+                         if self.best is not None and row.id == self.best[1]), None)
+        out: dict[str, Any] = {
+            "phase": phase, "trials": self._trials_started(),
+            "done": sum(s == "ok" for s in statuses), "running": len(self.running),
+            "failed": sum(s == "failed" for s in statuses),
+            "infeasible": sum(s == "infeasible" for s in statuses),
+            "max_trials": self.budget.limits.max_trials,
+            "best_objective": self.best[0] if self.best else None,
+            "best_trial_id": self.best[1] if self.best else None,
+            "best_params": best_row.params if best_row else None,
+            "gpu_hours": round(self.gpu_hours, 4), "eta_s": eta,
+            "updated_at": datetime.now(UTC).isoformat(),
+        }
+        if stop_reason:
+            out["stop_reason"] = stop_reason
+        if self.confirmation:
+            out["confirmation"] = self.confirmation
+        return out
+
+    def _progress(self, *, phase: str, stop_reason: str | None = None) -> None:
+        progress = self.progress(phase=phase, stop_reason=stop_reason)
+        try:
+            self.store.update_sweep(self.sweep.id, progress=progress)
+        except Conflict:
+            self.cancelled = True
+        if self.on_progress is not None:
+            self.on_progress(progress)
+
+    def _abandon(self) -> None:
+        """An error or an interrupt in this process: stop its trials, leave it resumable."""
+        for handle in list(self.running):
+            self.executor.cancel(handle)
+        self.running.clear()
+        try:
+            self.store.recover_orphans(self.sweep.id)
+            self.store.update_sweep(self.sweep.id, status="failed",
+                                    stop_reason="coordinator stopped; resume it")
+        except Exception:  # already failing: the original error is the one that matters
+            log.exception("sweep %s: could not record the stop", self.sweep.id)
+
+
+def new_coordinator_id() -> str:
+    return f"coordinator-{uuid.uuid4().hex[:8]}"
+
+
+class Coordinator:
+    """Claims queued sweeps from the database and runs them, several at once."""
+
+    def __init__(self, store: Store, executor: TrialExecutor, *, database_url: str,
+                 coordinator_id: str | None = None, max_sweeps: int = 4) -> None:
+        self.store = store
+        self.executor = executor
+        self.database_url = database_url
+        self.coordinator_id = coordinator_id or new_coordinator_id()
+        self.share = GpuShare(executor.capacity())
+        self.max_sweeps = max_sweeps
+        self._threads: dict[int, threading.Thread] = {}
+
+    def run_sweep(self, sweep_id: int, on_progress: ProgressFn | None = None, *,
+                  takeover: bool = False) -> SweepRecord:
+        """Claim one sweep and run it in this thread.
+
+        A running sweep is taken over when its coordinator's heartbeat is stale, or at
+        once with ``takeover`` (the user knows that coordinator is dead).
+        """
+        sweep = self.store.claim_sweep(sweep_id, self.coordinator_id,
+                                       stale_after_s=0.0 if takeover else STALE_AFTER_S)
+        if sweep is None:
+            current = self.store.get_sweep(sweep_id)
+            raise Conflict(f"sweep {sweep_id} is {current.status}"
+                           + (f" (held by {current.claimed_by})" if current.claimed_by else "")
+                           + "; it cannot be run now")
+        return SweepRunner(self.store, sweep, self.executor,
+                           coordinator_id=self.coordinator_id, database_url=self.database_url,
+                           share=self.share, on_progress=on_progress).run()
+
+    def serve(self, *, poll_s: float = 2.0, once: bool = False,
+              stop: threading.Event | None = None) -> None:
+        """Run queued sweeps as they come, each in its own thread, sharing the GPUs."""
+        stop = stop or threading.Event()
+        while not stop.is_set():
+            for sweep_id, thread in list(self._threads.items()):
+                if not thread.is_alive():
+                    del self._threads[sweep_id]
+            while len(self._threads) < self.max_sweeps:
+                sweep = self.store.claim_next_sweep(self.coordinator_id,
+                                                    stale_after_s=STALE_AFTER_S)
+                if sweep is None:
+                    break
+                runner = SweepRunner(self.store, sweep, self.executor,
+                                     coordinator_id=self.coordinator_id,
+                                     database_url=self.database_url, share=self.share)
+                thread = threading.Thread(target=runner.run, name=f"sweep-{sweep.id}",
+                                          daemon=True)
+                self._threads[sweep.id] = thread
+                thread.start()
+            if once and not self._threads:
+                return
+            stop.wait(poll_s)
