@@ -51,6 +51,8 @@ __all__ = [
 
 SLOMetric = Literal["ttft", "tpot", "itl", "e2el"]
 SLO_METRICS: tuple[SLOMetric, ...] = ("ttft", "tpot", "itl", "e2el")
+MAX_TOKENS = 10_000_000
+"""Upper bound of any token length in a dataset: past every model's context window."""
 
 
 class _Strict(BaseModel):
@@ -67,10 +69,10 @@ class RandomDataset(_Strict):
     """
 
     kind: Literal["random"] = "random"
-    input_len: int = Field(1024, ge=1)
-    output_len: int = Field(128, ge=1)
+    input_len: int = Field(1024, ge=1, le=MAX_TOKENS)
+    output_len: int = Field(128, ge=1, le=MAX_TOKENS)
     range_ratio: float = Field(0.0, ge=0.0, lt=1.0)
-    prefix_len: int = Field(0, ge=0)
+    prefix_len: int = Field(0, ge=0, le=MAX_TOKENS)
 
 
 class ShareGPTLikeDataset(_Strict):
@@ -150,7 +152,7 @@ class Arrivals(_Strict):
     process: Literal["gamma", "constant"] = "gamma"
     request_rate: float = Field(math.inf, gt=0)
     burstiness: float = Field(1.0, gt=0)
-    max_concurrency: int | None = Field(None, ge=1)
+    max_concurrency: int | None = Field(None, ge=1, le=1_000_000)
 
     @field_validator("request_rate", mode="before")
     @classmethod
@@ -171,8 +173,9 @@ class Workload(_Strict):
     description: str = ""
     dataset: DatasetConfig = Field(default_factory=RandomDataset)
     arrivals: Arrivals = Field(default_factory=Arrivals)
-    num_prompts: int = Field(1000, ge=1)
-    warmup_requests: int = Field(0, ge=0)
+    num_prompts: int = Field(1000, ge=1, le=1_000_000)
+    """Measured requests; at most a million (a run that long is a mistake, not a sweep)."""
+    warmup_requests: int = Field(0, ge=0, le=100_000)
     seed: int = 0
     endpoint: Literal["completions", "chat"] = "completions"
     request_timeout_s: float = Field(600.0, gt=0)

@@ -68,10 +68,16 @@ class Rule:
         return cls(text.strip(), tree, frozenset(names))
 
     def holds(self, values: Mapping[str, Any]) -> bool:
-        """True when the rule holds; a rule over a name that has no value holds (unknown)."""
+        """True when the rule holds; a rule over a name that has no value, or a value it
+        cannot compare, holds (unknown: the engine's own check decides)."""
         if any(values.get(n) is None for n in self.names):
             return True
-        return bool(_eval(self.tree.body, values))
+        try:
+            return bool(_eval(self.tree.body, values))
+        except (TypeError, ZeroDivisionError):
+            # A value of the wrong type (``--set max_num_seqs=abc``) cannot be judged here;
+            # the engine refuses it with its own message.
+            return True
 
 
 def _check_node(node: ast.AST, text: str) -> None:

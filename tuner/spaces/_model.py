@@ -5,6 +5,13 @@ Knobs are vLLM argument names; each has a type (``int``, ``float``, ``log``,
 ``categorical``, ``bool``, ``values``) and an optional ``default`` — the engine's own
 default, which strategies try first. Rules are checked before anything boots: vLLM's
 two cross-knob checks are built in, the space adds its own.
+
+Checked at load time, so a bad space fails in a second instead of after a boot: every
+knob and fixed argument is one the engine takes (or is declared in
+``allowed_extra_args``); counts (``max_num_seqs``, ``max_model_len``, …) are integers
+>= 1; ``gpu_memory_utilization`` is in (0, 1]; ``max_model_len`` fits the model's
+context window when the model is in the simulator's catalogue. Files are read with
+:func:`workers.safe_yaml.load_yaml_file` (1 MiB, no aliases, no language tags).
 """
 
 from __future__ import annotations
@@ -16,13 +23,13 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import optuna
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
     PrivateAttr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -38,8 +45,10 @@ from workers.contracts import (
     TrialSpec,
     Workload,
 )
+from workers.engines import ENGINES
 from workers.loadgen.workload_files import WorkloadError, load_workload, parse_workload
-from workers.sim.catalog import GPUS, UnknownCatalogEntry, get_gpu
+from workers.safe_yaml import YamlInputError, load_yaml_file
+from workers.sim.catalog import GPUS, UnknownCatalogEntry, get_gpu, get_model
 
 __all__ = [
     "BUILTIN_RULES",
@@ -127,6 +136,41 @@ def _check_range(name: str, knob: Knob) -> None:
         raise ValueError(f"knob {name!r}: low ({knob.low}) must be <= high ({knob.high})")
 
 
+_COUNT_ARGS = frozenset({"max_num_seqs", "max_num_batched_tokens", "max_model_len",
+                         "tensor_parallel_size", "pipeline_parallel_size", "block_size"})
+"""Engine arguments that are counts: integers >= 1 (None leaves the engine's default)."""
+
+
+def _knob_values(knob: Knob) -> list[KnobValue]:
+    """The values of a knob worth checking: all of a finite one, the ends of a range."""
+    choices = knob_choices(knob)
+    if choices is not None and len(choices) <= 10_000:
+        return choices
+    if isinstance(knob, IntKnob | FloatKnob | LogKnob):
+        return [knob.low, knob.high]
+    return []  # pragma: no cover - finite knobs have choices
+
+
+def _check_value(name: str, value: KnobValue, context_len: int | None,
+                 model: str) -> str | None:
+    """Why ``value`` is absurd for engine argument ``name``, or None when it is plausible."""
+    if value is None:
+        return None
+    if name in _COUNT_ARGS and (isinstance(value, bool) or not isinstance(value, int)
+                                or value < 1):
+        return f"{name} must be an integer >= 1, got {value!r}"
+    if name == "gpu_memory_utilization" and (
+            isinstance(value, bool) or not isinstance(value, int | float)
+            or not 0 < value <= 1):
+        return (f"gpu_memory_utilization is the share of GPU memory the engine may use and "
+                f"must be in (0, 1], got {value!r}")
+    if (name == "max_model_len" and context_len is not None and isinstance(value, int)
+            and value > context_len):
+        return (f"max_model_len {value} is beyond {model}'s context window "
+                f"({context_len} tokens, max_position_embeddings); use at most {context_len}")
+    return None
+
+
 def knob_choices(knob: Knob) -> list[KnobValue] | None:
     """Every value of a finite knob in its natural order, or None for a continuous one."""
     if isinstance(knob, ValuesKnob):
@@ -198,10 +242,11 @@ class SearchSpace(_Strict):
 
     @field_validator("workload", mode="before")
     @classmethod
-    def _inline_workload(cls, value: object) -> object:
+    def _inline_workload(cls, value: object, info: ValidationInfo) -> object:
         if isinstance(value, dict):
+            base = (info.context or {}).get("base_dir")
             try:
-                return parse_workload(value, "workload")
+                return parse_workload(value, "workload", base)
             except WorkloadError as exc:
                 raise ValueError(str(exc)) from None
         return value
@@ -224,6 +269,7 @@ class SearchSpace(_Strict):
                                  f"values {choices}; add it (it is tried first)")
             if name in self.fixed:
                 raise ValueError(f"{name!r} is both a knob and a fixed argument; keep one")
+        self._check_engine_args()
         known = set(self.knobs) | set(self.fixed) | set(_ENGINE_DEFAULTS)
         known |= {"max_num_seqs", "max_num_batched_tokens", "max_model_len"}
         try:
@@ -232,6 +278,25 @@ class SearchSpace(_Strict):
             raise ValueError(str(exc)) from None
         self._rules = tuple(rules)
         return self
+
+    def _check_engine_args(self) -> None:
+        """Every argument is one the engine takes, with a plausible value."""
+        known = ENGINES[self.engine].known_args | set(self.allowed_extra_args)
+        unknown = sorted((set(self.knobs) | set(self.fixed)) - known)
+        if unknown:
+            raise ValueError(
+                f"{', '.join(unknown)}: not an argument the {self.engine} engine takes; "
+                f"valid: {', '.join(sorted(known))} (or declare it in allowed_extra_args)")
+        try:
+            context_len: int | None = get_model(self.model).max_position_embeddings
+        except UnknownCatalogEntry:
+            context_len = None  # a model we have no facts for: the engine checks it
+        checks = [(n, v, "fixed") for n, v in self.fixed.items()]
+        checks += [(n, v, "knob") for n, k in self.knobs.items() for v in _knob_values(k)]
+        for name, value, where in checks:
+            problem = _check_value(name, value, context_len, self.model)
+            if problem:
+                raise ValueError(f"{where} {name!r}: {problem}")
 
     # --- the space ---------------------------------------------------------------------
 
@@ -357,7 +422,7 @@ def _format(exc: ValidationError, where: str) -> str:
     lines = []
     for err in exc.errors():
         loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        msg = err["msg"]
+        msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "union_tag_invalid":
             msg = f"unknown knob type; valid: {', '.join(KNOB_TYPES)}"
         elif err["type"] == "union_tag_not_found":
@@ -366,13 +431,16 @@ def _format(exc: ValidationError, where: str) -> str:
     return "\n".join(lines)
 
 
-def parse_space(data: Any, where: str = "space") -> SearchSpace:
-    """Validate loaded YAML data; errors name ``where`` and the field."""
+def parse_space(data: Any, where: str = "space", base_dir: Path | None = None) -> SearchSpace:
+    """Validate loaded YAML data; errors name ``where`` and the field.
+
+    ``base_dir`` (the space file's directory) is where an inline workload's trace may live.
+    """
     if not isinstance(data, dict):
         raise SpaceError(f"{where}: a search space is a mapping of fields, "
                          f"got {type(data).__name__}")
     try:
-        return SearchSpace.model_validate(data)
+        return SearchSpace.model_validate(data, context={"base_dir": base_dir})
     except ValidationError as exc:
         raise SpaceError(_format(exc, where)) from None
 
@@ -390,7 +458,7 @@ def load_space(name_or_path: str | Path, folder: Path | None = None) -> SearchSp
     if not path.is_file():
         raise SpaceError(f"search space file {path} does not exist")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise SpaceError(f"{path}: not valid YAML: {exc}") from None
-    return parse_space(data, str(path))
+        data = load_yaml_file(path)
+    except YamlInputError as exc:
+        raise SpaceError(str(exc)) from None
+    return parse_space(data, str(path), path.resolve().parent)

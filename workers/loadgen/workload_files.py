@@ -1,21 +1,40 @@
 """Named workloads: the built-in YAML files (package data) and users' own, same format.
 
 A workload file is the :class:`~workers.contracts.Workload` model as YAML. Errors name
-the file and the field (``rag.yaml: dataset.prefix_len: Input should be …``).
+the file and the field (``rag.yaml: dataset.prefix_len: Input should be …``). Files are
+read with :func:`workers.safe_yaml.load_yaml_file` (1 MiB cap, no aliases, no tags).
+
+**Trace paths.** A ``trace`` dataset's ``path`` is data someone else may have written,
+so where it may point is fixed: it must resolve — symlinks followed — inside the
+workload file's own directory, or inside ``$SLOTUNE_HOME`` when that is set. A relative
+path resolves against the workload file's directory (for a workload given inline, with
+no file, against ``$SLOTUNE_HOME``). ``../../etc/passwd``, an absolute path elsewhere and
+a symlink pointing out are refused with the rule. Once checked, the path is stored
+absolute, so a trial reads the same file from any working directory. (A trace given
+directly on the command line, ``slotune bench --dataset-path``, is the caller's own
+choice and is not restricted.)
 """
 
 from __future__ import annotations
 
+import os
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
-from workers.contracts import Workload
+from workers.contracts import TraceDataset, Workload
+from workers.safe_yaml import YamlInputError, load_yaml, load_yaml_file
 
-__all__ = ["WorkloadError", "builtin_workloads", "load_workload", "parse_workload"]
+__all__ = [
+    "WorkloadError",
+    "builtin_workloads",
+    "check_trace_path",
+    "load_workload",
+    "parse_workload",
+    "trace_roots",
+]
 
 _PACKAGE = "workers.loadgen"
 
@@ -35,19 +54,60 @@ def _format_errors(exc: ValidationError, where: str) -> str:
     lines = []
     for err in exc.errors():
         loc = ".".join(str(part) for part in err["loc"]) or "(top level)"
-        lines.append(f"{where}: {loc}: {err['msg']}")
+        lines.append(f"{where}: {loc}: {err['msg'].removeprefix('Value error, ')}")
     return "\n".join(lines)
 
 
-def parse_workload(data: Any, where: str) -> Workload:
-    """Validate already-loaded YAML/JSON data; ``where`` names the source in errors."""
+def trace_roots(base: Path | None) -> list[Path]:
+    """The directories a trace file may live in: ``base`` (the workload file's
+    directory) and ``$SLOTUNE_HOME`` when set."""
+    roots = [base] if base is not None else []
+    home = os.environ.get("SLOTUNE_HOME")
+    if home:
+        roots.append(Path(home).expanduser())
+    return roots
+
+
+def check_trace_path(path: str, base: Path | None, where: str) -> Path:
+    """The trace file ``path`` resolved (symlinks followed), if it lies under an allowed
+    root (:func:`trace_roots`); :class:`WorkloadError` naming the rule otherwise."""
+    roots = [r.resolve() for r in trace_roots(base)]
+    if not roots:
+        raise WorkloadError(
+            f"{where}: dataset.path {path!r}: a trace in a workload given inline must live "
+            "under $SLOTUNE_HOME, which is not set; put the workload in a YAML file next "
+            "to its trace, or set SLOTUNE_HOME")
+    candidate = Path(path).expanduser()
+    if not candidate.is_absolute():
+        candidate = roots[0] / candidate
+    resolved = candidate.resolve()
+    if not any(resolved.is_relative_to(root) for root in roots):
+        allowed = " or ".join(str(r) for r in roots)
+        raise WorkloadError(
+            f"{where}: dataset.path {path!r} resolves to {resolved}, outside {allowed}; a "
+            "trace file must live under the workload file's directory or $SLOTUNE_HOME "
+            "(symlinks are followed)")
+    return resolved
+
+
+def parse_workload(data: Any, where: str, base: Path | None = None) -> Workload:
+    """Validate already-loaded YAML/JSON data; ``where`` names the source in errors.
+
+    A trace path is checked against the trace rule (module docstring) with ``base`` as
+    the workload file's directory, and stored absolute.
+    """
     if not isinstance(data, dict):
         kind = type(data).__name__
         raise WorkloadError(f"{where}: a workload is a mapping of fields, got {kind}")
     try:
-        return Workload.model_validate(data)
+        workload = Workload.model_validate(data)
     except ValidationError as exc:
         raise WorkloadError(_format_errors(exc, where)) from None
+    if isinstance(workload.dataset, TraceDataset):
+        resolved = check_trace_path(workload.dataset.path, base, where)
+        dataset = workload.dataset.model_copy(update={"path": str(resolved)})
+        workload = workload.model_copy(update={"dataset": dataset})
+    return workload
 
 
 def load_workload(name_or_path: str) -> tuple[Workload, Path | None]:
@@ -59,9 +119,13 @@ def load_workload(name_or_path: str) -> tuple[Workload, Path | None]:
     if path.suffix in {".yaml", ".yml", ".json"} or path.exists():
         if not path.is_file():
             raise WorkloadError(f"workload file {path} does not exist")
-        text = path.read_text(encoding="utf-8")
         base: Path | None = path.resolve().parent
         where = str(path)
+        try:
+            data = load_yaml_file(path, where)
+        except YamlInputError as exc:
+            raise WorkloadError(str(exc)) from None
+        return parse_workload(data, where, base), base
     else:
         resource = resources.files(_PACKAGE).joinpath("workloads").joinpath(f"{name_or_path}.yaml")
         if not resource.is_file():
@@ -69,10 +133,9 @@ def load_workload(name_or_path: str) -> tuple[Workload, Path | None]:
             raise WorkloadError(
                 f"unknown workload {name_or_path!r}: not a built-in ({valid}) nor a YAML file"
             )
-        text = resource.read_text(encoding="utf-8")
-        base, where = None, f"{name_or_path}.yaml (built-in)"
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise WorkloadError(f"{where}: not valid YAML: {exc}") from None
-    return parse_workload(data, where), base
+        where = f"{name_or_path}.yaml (built-in)"
+        try:
+            data = load_yaml(resource.read_text(encoding="utf-8"), where)
+        except YamlInputError as exc:
+            raise WorkloadError(str(exc)) from None
+    return parse_workload(data, where), None
