@@ -20,6 +20,7 @@ from tuner.store import Store
 from tuner.strategies import DEFAULT_STRATEGY, STRATEGIES
 from workers.contracts import SLO, ObjectiveMode, Workload
 from workers.loadgen import WorkloadError, load_workload
+from workers.loadgen.workload_files import parse_workload
 
 __all__ = ["SweepBudget", "SweepRequest", "queue_sweep", "resolve_space"]
 
@@ -80,10 +81,7 @@ def resolve(request: SweepRequest) -> tuple[SearchSpace, Workload, SLO]:
     if request.workload is None:
         workload = space.resolve_workload()
     elif isinstance(request.workload, dict):
-        try:
-            workload = Workload.model_validate(request.workload)
-        except ValueError as exc:
-            raise WorkloadError(f"workload: {exc}") from None
+        workload = parse_workload(request.workload, "workload")
     else:
         workload = load_workload(request.workload)[0]
     slo = SLO.parse(request.slo) if request.slo else space.resolve_slo()

@@ -110,3 +110,13 @@ def _refuse_paths(request: SweepRequest) -> None:
         if isinstance(value, str) and not _SHIPPED_NAME.match(value):
             raise InvalidInput(["body", field], f"{field} {value!r}: over the API give a "
                                f"shipped {field} name or the {field} inline, not a file path")
+    inline = [(["body", "workload"], request.workload)]
+    if isinstance(request.space, dict):
+        inline.append((["body", "space", "workload"], request.space.get("workload")))
+    for loc, workload in inline:
+        dataset = workload.get("dataset") if isinstance(workload, dict) else None
+        path = dataset.get("path") if isinstance(dataset, dict) else None
+        if isinstance(path, str) and not _SHIPPED_NAME.match(path.removesuffix(".jsonl")):
+            raise InvalidInput([*loc, "dataset", "path"], f"trace path {path!r}: over the "
+                               "API a trace is named by its file name only (e.g. "
+                               "'chat.jsonl'), looked up under $SLOTUNE_HOME; no directories")
