@@ -12,6 +12,9 @@ from collections.abc import Sequence
 
 import typer
 
+# Typer 0.29 vendors click; its exception classes are only importable from there.
+from typer._click import exceptions as click
+
 from tuner.cli_api import api_command
 from tuner.cli_db import db_app
 from tuner.cli_sweep import best_command, coordinator_command, sweep_app
@@ -65,9 +68,29 @@ def bench(ctx: typer.Context) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Console-script entry point."""
+    """Console-script entry point.
+
+    A usage mistake (an unknown option, a value out of range) is one line on stderr and
+    exit code 2, like every other mistake in a command, instead of click's framed box.
+    """
     args = list(sys.argv[1:] if argv is None else argv)
-    app(args=args, prog_name="slotune")
+    try:
+        code = app(args=args, prog_name="slotune", standalone_mode=False)
+    except click.NoArgsIsHelpError as exc:  # `slotune sweep`: the group's help, as before
+        exc.show()
+        sys.exit(2)
+    except click.UsageError as exc:
+        where = exc.ctx.command_path if exc.ctx is not None else "slotune"
+        message = " ".join(exc.format_message().split())
+        print(f"{where}: error: {message} (see {where} --help)", file=sys.stderr)
+        sys.exit(2)
+    except click.ClickException as exc:
+        print(f"slotune: error: {' '.join(exc.format_message().split())}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        print("slotune: aborted", file=sys.stderr)
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from typing import Annotated, Any
 
 import typer
 import yaml
+from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
@@ -81,7 +82,12 @@ def build_spec(space: SearchSpace, sets: list[str], *, workload: str | None, slo
             data["arrivals"]["request_rate"] = request_rate
         if num_prompts is not None:
             data["num_prompts"] = num_prompts
-        chosen = type(chosen).model_validate(data)
+        try:
+            chosen = type(chosen).model_validate(data)
+        except ValidationError as exc:
+            raise UsageError("; ".join(
+                f"--{'num-prompts' if e['loc'][0] == 'num_prompts' else 'request-rate'}: "
+                f"{e['msg']}" for e in exc.errors())) from None
     sim = space.sim
     if time_scale is not None:
         sim = (sim or SimOptions()).model_copy(update={"time_scale": time_scale})
