@@ -5,11 +5,43 @@ the GPUs, and the task hands their ids to the engine as ``CUDA_VISIBLE_DEVICES``
 ``collect_trial`` turns what comes back into a :class:`~workers.contracts.TrialResult`,
 including when the worker or its node was lost (a transient ``worker_lost`` failure the
 coordinator retries).
+
+**GPU types on a cluster.** A node advertises the kind of GPU it has as a Ray custom
+resource, one unit per GPU: ``ray start --num-gpus 2 --resources
+'{"gpu_type:h100-sxm": 2}'``. A trial then also asks for ``gpu_type:<name>`` ×
+``tensor_parallel_size``, so it lands on a node with enough GPUs *of that type*. The name
+comes from the spec:
+
+* engine ``sim``: ``spec.sim.gpu`` (the simulated GPU, a catalogue name such as
+  ``rtx4090``);
+* engine ``vllm``: only through the mapping in ``$SLOTUNE_GPU_TYPES``, from the space's
+  GPU kind (also carried in ``spec.sim.gpu``) to the node's label, e.g.
+  ``SLOTUNE_GPU_TYPES="h100-sxm=h100-sxm,a100-80g=a100"``. Without an entry, a vLLM
+  trial asks for GPUs of any type (the catalogue default must not strand a real trial).
+  The mapping also renames sim GPU types when an entry exists.
+
+A cluster where no node advertises any ``gpu_type:*`` resource — the embedded local Ray
+among them — gets plain ``num_gpus`` requests, as before. That is read from
+``ray.cluster_resources()`` once per Ray session once seen; until then it is looked at
+again at most every :data:`RECHECK_S` seconds, so typed workers that join after the
+coordinator started are still used.
+
+**Logs travel in the result**, not on the node's disk: each trial runs in a temporary
+directory removed after it, and the engine's log comes back as a capped excerpt
+(:func:`log_excerpt`: the start-up lines and the last lines) in ``TrialResult.log_tail``
+when the trial itself did not already put its failure tail there. The start-up facts the
+engine printed (KV capacity, phases, version) are in ``TrialResult.engine``.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import shutil
+import tempfile
 import time
+from pathlib import Path
+from typing import Any
 
 import ray
 from ray.exceptions import (
@@ -25,22 +57,70 @@ from ray.exceptions import (
 from workers.contracts import PhaseTimings, TrialResult, TrialSpec
 from workers.trial import run_trial
 
+__all__ = [
+    "GPU_TYPES_ENV",
+    "GPU_TYPE_PREFIX",
+    "LOG_EXCERPT_BYTES",
+    "collect_trial",
+    "gpu_type_resource",
+    "log_excerpt",
+    "parse_gpu_types",
+    "run_trial_task",
+    "submit_trial",
+    "trial_options",
+    "trial_resources",
+]
+
+log = logging.getLogger(__name__)
+
+GPU_TYPE_PREFIX = "gpu_type:"
+"""Custom Ray resource naming a node's GPU type, one unit per GPU."""
+GPU_TYPES_ENV = "SLOTUNE_GPU_TYPES"
+"""``name=label,…``: space GPU kind → node label (required for vllm, optional for sim)."""
+RECHECK_S = 10.0
+LOG_EXCERPT_BYTES = 8192
+"""Cap of the engine log excerpt stored with a result (the database holds every trial)."""
+_HEAD_LINES = 30
+
 _LOST = (WorkerCrashedError, NodeDiedError, ObjectLostError, OwnerDiedError, ActorDiedError)
 
+# session name → whether any node advertises a gpu_type resource; negatives expire.
+_typed_cluster: dict[str, tuple[bool, float]] = {}
 
-@ray.remote(max_retries=0)
-def _trial_task(spec_json: str) -> str:
+
+def run_trial_task(spec_json: str) -> str:
+    """The body of a trial task (on the worker): run it in a scratch dir, log in the result."""
     spec = TrialSpec.model_validate_json(spec_json)
     gpu_ids = [str(g) for g in ray.get_gpu_ids()]
-    return run_trial(spec, gpu_ids=gpu_ids).model_dump_json()
+    workdir = Path(tempfile.mkdtemp(prefix=f"slotune-{_safe(spec.trial_id)}-"))
+    try:
+        result = run_trial(spec, gpu_ids=gpu_ids, workdir=workdir)
+        if result.log_tail is None:
+            excerpt = log_excerpt(workdir / "engine.log")
+            if excerpt:
+                result = result.model_copy(update={"log_tail": excerpt})
+        return result.model_dump_json()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+_trial_task = ray.remote(max_retries=0)(run_trial_task)
+
+
+def trial_options(spec: TrialSpec) -> dict[str, Any]:
+    """The Ray task options of a trial: its GPUs, and their type on a typed cluster."""
+    # Retries are the coordinator's decision (it re-enqueues lost trials), not Ray's.
+    options: dict[str, Any] = {"num_gpus": spec.tensor_parallel_size,
+                               "name": f"slotune-trial-{spec.trial_id}"}
+    resources = trial_resources(spec) if _cluster_has_gpu_types() else {}
+    if resources:
+        options["resources"] = resources
+    return options
 
 
 def submit_trial(spec: TrialSpec) -> ray.ObjectRef[str]:
-    """Schedule a trial on a worker with ``tensor_parallel_size`` GPUs free."""
-    # Retries are the coordinator's decision (it re-enqueues lost trials), not Ray's.
-    task = _trial_task.options(num_gpus=spec.tensor_parallel_size,
-                               name=f"slotune-trial-{spec.trial_id}")
-    return task.remote(spec.model_dump_json())
+    """Schedule a trial on a worker with ``tensor_parallel_size`` GPUs (of its type) free."""
+    return _trial_task.options(**trial_options(spec)).remote(spec.model_dump_json())
 
 
 def collect_trial(ref: ray.ObjectRef[str], spec: TrialSpec, *,
@@ -57,3 +137,80 @@ def collect_trial(ref: ray.ObjectRef[str], spec: TrialSpec, *,
     return TrialResult(trial_id=spec.trial_id, status="failed", failure="worker_lost",
                        failure_message=message[:2000],
                        timings=PhaseTimings(total_s=time.perf_counter() - started))
+
+
+def parse_gpu_types(text: str | None) -> dict[str, str]:
+    """``"h100-sxm=h100,a100-80g=a100"`` → ``{"h100-sxm": "h100", "a100-80g": "a100"}``.
+
+    Raises ``ValueError`` naming the item that is not ``name=label``.
+    """
+    mapping: dict[str, str] = {}
+    for item in (text or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        name, sep, label = (part.strip() for part in item.partition("="))
+        if not sep or not name or not label:
+            raise ValueError(f"{GPU_TYPES_ENV}: {item!r} is not 'name=label' "
+                             "(e.g. h100-sxm=h100)")
+        mapping[name] = label
+    return mapping
+
+
+def gpu_type_resource(spec: TrialSpec, mapping: dict[str, str] | None = None) -> str | None:
+    """The ``gpu_type:*`` resource this trial needs, or None (any GPU will do)."""
+    mapping = parse_gpu_types(os.environ.get(GPU_TYPES_ENV)) if mapping is None else mapping
+    name = spec.sim.gpu
+    if spec.engine == "sim":
+        return GPU_TYPE_PREFIX + mapping.get(name, name)
+    label = mapping.get(name)
+    return GPU_TYPE_PREFIX + label if label else None
+
+
+def trial_resources(spec: TrialSpec, mapping: dict[str, str] | None = None) -> dict[str, float]:
+    """Custom resources of a trial on a typed cluster: its GPU type × tensor parallelism."""
+    resource = gpu_type_resource(spec, mapping)
+    return {resource: float(spec.tensor_parallel_size)} if resource else {}
+
+
+def log_excerpt(path: Path, limit: int = LOG_EXCERPT_BYTES) -> str | None:
+    """The log's first lines (start-up facts) and its last, within ``limit`` bytes."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return None
+    if len(text.encode()) <= limit:
+        return text or None
+    lines = text.splitlines()
+    head = "\n".join(lines[:_HEAD_LINES])[: limit // 2]
+    budget = limit - len(head.encode()) - 64
+    tail: list[str] = []
+    used = 0
+    for line in reversed(lines[_HEAD_LINES:]):
+        size = len(line.encode()) + 1
+        if used + size > budget:
+            break
+        tail.append(line)
+        used += size
+    skipped = len(lines) - min(_HEAD_LINES, len(lines)) - len(tail)
+    excerpt = f"{head}\n[… {skipped} lines omitted …]\n" + "\n".join(reversed(tail))
+    return excerpt.encode()[:limit].decode(errors="ignore")
+
+
+def _cluster_has_gpu_types() -> bool:
+    session = ray.get_runtime_context().get_session_name()
+    known = _typed_cluster.get(session)
+    now = time.monotonic()
+    if known is not None and (known[0] or now - known[1] < RECHECK_S):
+        return known[0]
+    resources: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
+    typed = any(key.startswith(GPU_TYPE_PREFIX) for key in resources)
+    _typed_cluster[session] = (typed, now)
+    if typed:
+        log.info("cluster advertises GPU types: %s",
+                 sorted(k for k in resources if k.startswith(GPU_TYPE_PREFIX)))
+    return typed
+
+
+def _safe(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in text)[:40]
