@@ -27,14 +27,16 @@ import math
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import optuna
+from sqlalchemy import exc as sa_exc
 
-from tuner.db.errors import Conflict
+from tuner.db.errors import Conflict, StorageUnavailable
 from tuner.db.optuna_storage import optuna_storage
 from tuner.db.records import SweepRecord, TrialRecord
 from tuner.executors import TrialExecutor
@@ -62,6 +64,11 @@ STALE_AFTER_S = 15.0
 (heartbeats come every few seconds, so this is several missed beats)."""
 
 ProgressFn = Callable[[dict[str, Any]], None]
+
+TRANSIENT_STORAGE_ERRORS: tuple[type[Exception], ...] = (
+    StorageUnavailable, optuna.exceptions.StorageInternalError, sa_exc.OperationalError,
+    sa_exc.InterfaceError)
+"""The database (ours or Optuna's, the same server) is down or restarting: retry later."""
 
 
 class GpuShare:
@@ -171,6 +178,11 @@ class SweepRunner:
         self._durations: list[float] = []
         self._deferred: tuple[Proposal, TrialSpec] | None = None
         self.confirmation: list[dict[str, Any]] = []
+        # Finished trials whose recording waits for the database (it may be restarting):
+        # each item is a queue of steps, run in order, each retried until it succeeds.
+        self._outbox: deque[deque[Callable[[], object]]] = deque()
+        self._unrecorded = 0
+        self._outage: str | None = None
 
     # ---- setup --------------------------------------------------------------------
 
@@ -242,11 +254,24 @@ class SweepRunner:
         while True:
             if not self._beat():
                 return "cancelled"
+            if not self._drain():
+                # The database is away: trials keep running, their results wait here.
+                if self.running:
+                    for handle, result in self.executor.wait(list(self.running),
+                                                             timeout_s=HEARTBEAT_S):
+                        self._finished(handle, result)
+                else:
+                    time.sleep(HEARTBEAT_S / 2)
+                continue
             stop = stop or self.budget.stop_reason(
                 trials=self._trials_started(), gpu_hours=self.gpu_hours,
                 since_improvement=self.since_improvement)
             if stop is None:
-                self._launch()
+                try:
+                    self._launch()
+                except TRANSIENT_STORAGE_ERRORS as exc:
+                    self._note_outage(exc)
+                    continue
             if not self.running:
                 if stop is not None:
                     return stop
@@ -261,7 +286,7 @@ class SweepRunner:
                 self._finished(handle, result)
 
     def _trials_started(self) -> int:
-        return len(self.results) + len(self.running)
+        return len(self.results) + len(self.running) + self._unrecorded
 
     def _launch(self) -> bool:
         """Start what the budget, the GPUs and the strategy allow; True if anything did."""
@@ -280,7 +305,8 @@ class SweepRunner:
                     row = self.store.start_trial(self.sweep.id, number=proposal.number,
                                                  params=proposal.params, attempt=1,
                                                  worker=self.coordinator_id)
-                    self._record(row, proposal, proposal.preset, 0)
+                    self._enqueue_record(row, proposal, proposal.preset, 0)
+                    self._drain()
                     launched = True
                     continue
                 spec = self._spec(proposal.params, f"s{self.sweep.id}-t{proposal.number}-a1")
@@ -302,27 +328,64 @@ class SweepRunner:
         self.share.release(self.sweep.id, run.gpus)
         if result.failure == "worker_lost" and run.row.attempt < MAX_ATTEMPTS:
             # Transient: record this attempt, run the same params again.
-            self.store.finish_trial(run.row.id, result)
             self.gpu_hours += gpu_hours(result, run.gpus)
-            attempt = run.row.attempt + 1
-            spec = run.spec.model_copy(update={
-                "trial_id": f"s{self.sweep.id}-t{run.proposal.number}-a{attempt}"})
-            row = self.store.start_trial(self.sweep.id, number=run.proposal.number,
-                                         params=run.proposal.params, spec=spec,
-                                         attempt=attempt, worker=self.coordinator_id)
-            self.share.acquire(self.sweep.id, run.gpus)
-            self.running[self.executor.submit(spec)] = _Running(row, run.proposal, spec,
-                                                               run.gpus)
-            return
-        self._record(run.row, run.proposal, result, run.gpus)
+            self._outbox.append(deque([lambda: self.store.finish_trial(run.row.id, result),
+                                       lambda: self._relaunch(run)]))
+        else:
+            self._enqueue_record(run.row, run.proposal, result, run.gpus)
+        self._drain()
 
-    def _record(self, row: TrialRecord, proposal: Proposal, result: TrialResult,
-                gpus: int) -> None:
-        stored = self.store.finish_trial(row.id, result)
-        self.strategy.tell(proposal, result)
-        self._account(stored, result, gpus)
-        self._sync_cards()
-        self._progress(phase="search")
+    def _relaunch(self, run: _Running) -> None:
+        attempt = run.row.attempt + 1
+        spec = run.spec.model_copy(update={
+            "trial_id": f"s{self.sweep.id}-t{run.proposal.number}-a{attempt}"})
+        row = self.store.start_trial(self.sweep.id, number=run.proposal.number,
+                                     params=run.proposal.params, spec=spec,
+                                     attempt=attempt, worker=self.coordinator_id)
+        self.share.acquire(self.sweep.id, run.gpus)
+        self.running[self.executor.submit(spec)] = _Running(row, run.proposal, spec, run.gpus)
+
+    def _enqueue_record(self, row: TrialRecord, proposal: Proposal, result: TrialResult,
+                        gpus: int) -> None:
+        """Store the result, tell the strategy, account: each step retried until done."""
+        self._unrecorded += 1
+        stored: list[TrialRecord] = []
+
+        def account() -> None:
+            self._unrecorded -= 1
+            self._account(stored[0], result, gpus)
+            self._sync_cards()
+            self._progress(phase="search")
+
+        self._outbox.append(deque([
+            lambda: stored.append(self.store.finish_trial(row.id, result)),
+            lambda: self.strategy.tell(proposal, result),
+            account,
+        ]))
+
+    def _drain(self) -> bool:
+        """Run what waits in the outbox; False while the database is still away."""
+        while self._outbox:
+            steps = self._outbox[0]
+            while steps:
+                try:
+                    steps[0]()
+                except TRANSIENT_STORAGE_ERRORS as exc:
+                    self._note_outage(exc)
+                    return False
+                steps.popleft()
+            self._outbox.popleft()
+        if self._outage is not None:
+            log.warning("sweep %s: the database is back; recorded what waited",
+                        self.sweep.id)
+            self._outage = None
+        return True
+
+    def _note_outage(self, exc: Exception) -> None:
+        if self._outage is None:
+            log.warning("sweep %s: database unavailable (%s); results are kept and written "
+                        "once it is back", self.sweep.id, " ".join(str(exc).split())[:200])
+        self._outage = str(exc)
 
     def _account(self, row: TrialRecord, result: TrialResult, gpus: int) -> None:
         self.results.append((row, result))
@@ -421,6 +484,9 @@ class SweepRunner:
         self._last_beat = now
         try:
             self.store.heartbeat_sweep(self.sweep.id, self.coordinator_id)
+        except TRANSIENT_STORAGE_ERRORS as exc:
+            self._note_outage(exc)
+            return True
         except Conflict:
             self.cancelled = True
             for handle in list(self.running):
@@ -428,8 +494,11 @@ class SweepRunner:
             self.running.clear()
             self.store.recover_orphans(self.sweep.id)
             return False
-        for run in self.running.values():
-            self.store.heartbeat_trial(run.row.id)
+        try:
+            for run in self.running.values():
+                self.store.heartbeat_trial(run.row.id)
+        except TRANSIENT_STORAGE_ERRORS as exc:
+            self._note_outage(exc)
         return True
 
     def _sync_cards(self) -> None:
@@ -485,6 +554,8 @@ class SweepRunner:
             self.store.update_sweep(self.sweep.id, progress=progress)
         except Conflict:
             self.cancelled = True
+        except TRANSIENT_STORAGE_ERRORS as exc:
+            self._note_outage(exc)  # progress is rewritten whole at the next update
         if self.on_progress is not None:
             self.on_progress(progress)
 

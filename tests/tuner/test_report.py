@@ -221,3 +221,19 @@ def test_a_knob_wall_lists_its_knobs_and_a_failed_search_says_so() -> None:
     assert "- decode-knob" in render_markdown(report)
     empty = analyse(_sweep(), [_trial(1, 64, 0.0, "queue")], [])
     assert empty.winner is None and "no configuration met the SLO" in empty.next_step.action
+
+
+def test_confirmation_repeats_kept_by_the_coordinator_count_for_the_winner() -> None:
+    from tuner.report._analysis import TrialPoint, _confidence
+
+    winner = TrialPoint(id=7, number=3, attempt=1, status="ok", failure_class=None,
+                        params={"max_num_seqs": 64}, config={}, objective=4.0, capacity=None,
+                        confirmed=True, metrics={}, headroom=0.8, gate_passed=True,
+                        diagnosis=None, failure_message=None, violated_rule=None)
+    confirmation = [{"params": {"max_num_seqs": 64}, "runs": [3.8, 4.2]},
+                    {"params": {"max_num_seqs": 128}, "runs": [0.0, 0.0]}]
+    confidence = _confidence(winner, [winner], confirmation)
+    assert confidence.repeats == 3
+    assert confidence.objectives == (4.0, 3.8, 4.2)
+    assert confidence.mean == pytest.approx(4.0)
+    assert "confirmed: 3 runs" in confidence.summary()

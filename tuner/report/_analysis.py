@@ -185,7 +185,8 @@ def analyse(sweep: SweepRecord, trials: Sequence[TrialRecord], cards: Sequence[C
                    if k != "percentile" and isinstance(v, int | float)}
     percentile = float(sweep.slo.get("percentile") or 99.0)
     target_rate = _target_rate(workload_spec, measured)
-    confidence = _confidence(winner, measured) if winner else None
+    confidence = (_confidence(winner, measured, sweep.progress.get("confirmation"))
+                  if winner else None)
     command = vllm_command(sweep.model, winner.config or winner.params) if winner else None
     ties = _ties(sweep, measured)
     tie_note = None
@@ -263,9 +264,17 @@ def _winner(measured: Sequence[TrialPoint]) -> TrialPoint | None:
     return best if (best.objective or 0.0) > 0 or best.confirmed else None
 
 
-def _confidence(winner: TrialPoint, measured: Sequence[TrialPoint]) -> Confidence:
+def _confidence(winner: TrialPoint, measured: Sequence[TrialPoint],
+                confirmation: object = None) -> Confidence:
+    """The winner's runs: its search trial(s) and the coordinator's confirmation repeats
+    (kept in the sweep's ``progress["confirmation"]``, not as trials)."""
     key = params_key(winner.params)
     runs = [t.objective or 0.0 for t in measured if params_key(t.params) == key]
+    if isinstance(confirmation, list):
+        for entry in confirmation:
+            if (isinstance(entry, Mapping) and isinstance(entry.get("params"), Mapping)
+                    and params_key(entry["params"]) == key):
+                runs += [float(x) for x in entry.get("runs") or [] if isinstance(x, int | float)]
     if len(runs) < 2:
         return Confidence(winner.confirmed, len(runs), tuple(runs), None, None, None)
     mean = statistics.fmean(runs)

@@ -179,14 +179,19 @@ class Strategy(ABC):
         return None
 
     def tell(self, proposal: Proposal, result: TrialResult) -> None:
-        """Record ``result`` for ``proposal`` (in any order, exactly once)."""
-        pending = self._pending.pop(proposal.number, None)
+        """Record ``result`` for ``proposal`` (in any order, exactly once).
+
+        Optuna is told first: if its storage is unreachable the error propagates and
+        nothing here has changed, so the same call can be retried once it is back.
+        """
+        pending = self._pending.get(proposal.number)
         if pending is None:
             raise StrategyError(f"proposal {proposal.number} is unknown or was told already")
+        self._tell_optuna(pending.trial, result)
+        del self._pending[proposal.number]
         key = params_key(proposal.params)
         self._in_flight.discard(key)
         self._known[key] = result
-        self._tell_optuna(pending.trial, result)
         self.history.append(Observation(proposal, result))
         self._observe(proposal, result)
 

@@ -38,11 +38,13 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, ClassVar
+from typing import IO, Any, ClassVar
 
 import httpx
 
@@ -54,6 +56,76 @@ SECRET_FLAGS = frozenset({"--api-key", "--hf-token", "--ssl-keyfile-password"})
 BASE_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV")
 """Variables every engine inherits; anything else must be on the spec's allow-list."""
 REDACTED = "***"
+DEFAULT_LOG_BUDGET_BYTES = 32 << 20
+"""Disk an engine's log may take (``SLOTUNE_ENGINE_LOG_MAX_BYTES`` overrides it)."""
+LOG_TAIL_KEEP_BYTES = 256 << 10
+"""Past the budget, this much of the newest output is still kept (for the crash's end)."""
+
+
+def log_budget_bytes() -> int:
+    raw = os.environ.get("SLOTUNE_ENGINE_LOG_MAX_BYTES")
+    return max(64 << 10, int(raw)) if raw and raw.isdigit() else DEFAULT_LOG_BUDGET_BYTES
+
+
+class LogPump(threading.Thread):
+    """Copies an engine's output to its log file within a byte budget.
+
+    The first ``budget − tail`` bytes go to the file as they come; past that, only the
+    newest ``tail`` bytes are kept (in memory, then appended when the engine exits), with
+    a line saying how much was dropped. The pipe is always drained, so a chatty engine
+    never blocks on a full pipe and never fills the disk.
+    """
+
+    def __init__(self, pipe: IO[bytes], path: Path, budget: int) -> None:
+        super().__init__(name=f"log-pump-{path.parent.name}", daemon=True)
+        self.pipe = pipe
+        self.path = path
+        self.head_budget = max(0, budget - min(LOG_TAIL_KEEP_BYTES, budget // 4))
+        self.tail_budget = budget - self.head_budget
+        self.written = 0
+        self.dropped = 0
+        self._tail: deque[bytes] = deque()
+        self._tail_bytes = 0
+        self._lock = threading.Lock()
+
+    def run(self) -> None:
+        with self.path.open("wb") as out:
+            for line in iter(self.pipe.readline, b""):
+                with self._lock:
+                    if self.written + len(line) <= self.head_budget and not self.dropped:
+                        out.write(line)
+                        out.flush()
+                        self.written += len(line)
+                        continue
+                    self._tail.append(line)
+                    self._tail_bytes += len(line)
+                    while self._tail_bytes > self.tail_budget and self._tail:
+                        gone = self._tail.popleft()
+                        self._tail_bytes -= len(gone)
+                        self.dropped += len(gone)
+            with self._lock:
+                if self.dropped:
+                    out.write(self._marker())
+                out.writelines(self._tail)
+        self.pipe.close()
+
+    def _marker(self) -> bytes:
+        return (f"[slotune: {self.dropped:,} bytes of engine log dropped here — over the "
+                f"log budget (SLOTUNE_ENGINE_LOG_MAX_BYTES)]\n").encode()
+
+    def text(self) -> str:
+        """Everything kept so far (the file's head, the marker, the newest output)."""
+        with self._lock:
+            tail = b"".join(self._tail)
+            marker = self._marker() if self.dropped else b""
+            alive = self.is_alive()
+        try:
+            head = self.path.read_bytes()
+        except FileNotFoundError:
+            head = b""
+        if not alive:
+            return head.decode(errors="replace")  # the file is complete now
+        return (head + marker + tail).decode(errors="replace")
 
 
 class EngineState(enum.Enum):
@@ -292,11 +364,13 @@ class EngineAdapter(abc.ABC):
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.argv_redacted = redact_argv(argv)
         self._secrets = _argv_secrets(argv)
-        with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, env=self._env,
-                                         cwd=self.workdir, start_new_session=True,
-                                         preexec_fn=_die_with_parent)
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, env=self._env,
+                                     cwd=self.workdir, start_new_session=True,
+                                     preexec_fn=_die_with_parent)
+        assert self.proc.stdout is not None
+        self._pump = LogPump(self.proc.stdout, self.log_path, log_budget_bytes())
+        self._pump.start()
         self.state = EngineState.STARTING
 
     async def wait_ready(self, timeout_s: float) -> None:
@@ -358,6 +432,9 @@ class EngineAdapter(abc.ABC):
         self._signal_group(signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=grace)
+        pump = getattr(self, "_pump", None)
+        if pump is not None:
+            pump.join(timeout=grace)
         if self.state is not EngineState.FAILED:
             self.state = EngineState.STOPPED
 
@@ -376,10 +453,14 @@ class EngineAdapter(abc.ABC):
     # ---- what it said ---------------------------------------------------------------
 
     def log_text(self) -> str:
-        try:
-            raw = self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
+        pump = getattr(self, "_pump", None)
+        if pump is not None:
+            raw = pump.text()
+        else:
+            try:
+                raw = self.log_path.read_text(errors="replace")
+            except FileNotFoundError:
+                return ""
         text = redact_text(raw, self._env)
         for secret in getattr(self, "_secrets", ()):
             text = text.replace(secret, REDACTED)

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,41 +17,9 @@ pytestmark = pytest.mark.slow
 SLOTUNE = str(Path(sys.executable).with_name("slotune"))
 
 
-def slotune(*args: str, timeout: float = 600, **kwargs: object) -> subprocess.CompletedProcess[str]:
+def slotune(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     return subprocess.run([SLOTUNE, *args], capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL, **kwargs)  # type: ignore[call-overload, no-any-return]
-
-
-def test_kill_9_mid_sweep_then_resume_accounts_for_every_trial(store: Store,
-                                                              migrated_url: str) -> None:
-    proc = subprocess.Popen(
-        [SLOTUNE, "sweep", "run", "--executor", "virtual", "--strategy", "tpe",
-         "--trials", "24", "--confirm-top", "0", "--database-url", migrated_url],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    sweep_id = None
-    while time.monotonic() < deadline:
-        sweeps = store.list_sweeps().data
-        if sweeps and len(store.list_trials(sweeps[0].id, status="ok").data) >= 6:
-            sweep_id = sweeps[0].id
-            break
-        time.sleep(0.02)
-    assert sweep_id is not None, "the sweep did not get going"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=10)
-    assert store.get_sweep(sweep_id).status == "running"
-    done = slotune("sweep", "resume", str(sweep_id), "--takeover", "--executor", "virtual",
-                   "--database-url", migrated_url)
-    assert done.returncode in (0, 3), done.stderr
-    final = store.get_sweep(sweep_id)
-    assert final.status == "done"
-    rows = store.list_trials(sweep_id).data
-    assert not [t for t in rows if t.status in ("running", "pending")]
-    measured = [t for t in rows if t.status in ("ok", "failed", "infeasible")]
-    keys = [repr(sorted(t.params.items())) for t in measured]
-    assert len(keys) == len(set(keys)) == 24  # none duplicated, the whole budget measured
-    lost = {repr(sorted(t.params.items())) for t in rows if t.status == "lost"}
-    assert lost <= set(keys)  # none lost: every orphan was measured after the restart
+                          stdin=subprocess.DEVNULL)
 
 
 def test_sweep_run_with_ray_and_the_simulated_engine(backend: str, migrated_url: str,
@@ -78,7 +43,7 @@ def test_sweep_run_with_ray_and_the_simulated_engine(backend: str, migrated_url:
     studies = subprocess.run([str(venv_script("optuna")), "studies", "--storage",
                               migrated_url.replace("postgresql://", "postgresql+psycopg://")],
                              capture_output=True, text=True, timeout=120)
-    assert sweep.optuna_study_name in studies.stdout, studies.stderr
+    assert sweep.optuna_study_name and sweep.optuna_study_name in studies.stdout, studies.stderr
     assert engine_pids() == []
 
 
