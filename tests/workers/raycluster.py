@@ -1,8 +1,10 @@
 """A real multi-node Ray cluster on this machine, started with ``ray start`` (for tests).
 
-Ray ≥ 2.5x authenticates its RPCs with a token when one exists (``~/.ray/auth_token``):
-the caller sets ``RAY_AUTH_MODE=token`` for itself and the nodes alike, so the driver
-and the nodes agree whatever an earlier ``ray.init`` left in that file.
+Recent Ray authenticates RPCs with a token when ``~/.ray/auth_token`` exists, and a
+process fixes its own mode when ``ray`` is imported (or at its first local ``ray.init``).
+A test process cannot reliably change its mode afterwards, so these nodes run with
+``RAY_AUTH_MODE=disabled`` (they accept drivers either way); they are test-only and
+short-lived. Production nodes use token mode (see ``docker-compose.yml``).
 
 Each node is its own ``ray start`` with its own temp dir; all bind 127.0.0.1. GPUs are
 fake (``--num-gpus``) and typed with ``gpu_type:*`` resources, the cluster convention of
@@ -26,6 +28,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 RAY = str(Path(sys.executable).with_name("ray"))
 
@@ -58,6 +61,7 @@ class LocalRayCluster:
                "--resources", json.dumps(resources), "--temp-dir", str(temp),
                "--object-store-memory", str(256 << 20), "--disable-usage-stats"]
         env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+        env["RAY_AUTH_MODE"] = "disabled"
         with (temp / "ray-start.log").open("wb") as out:
             self.procs.append(subprocess.Popen([*cmd, "--block"], env=env, stdout=out,
                                                stderr=subprocess.STDOUT,
@@ -87,7 +91,8 @@ class LocalRayCluster:
 
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if sum(1 for n in ray.nodes() if n["Alive"]) >= count:
+            nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
+            if sum(1 for n in nodes if n["Alive"]) >= count:
                 return
             time.sleep(0.2)
         raise TimeoutError(f"fewer than {count} Ray nodes alive after {timeout_s:g} s")

@@ -9,14 +9,22 @@ run a queued sweep on the cluster through ``RAY_ADDRESS``.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import ray
+import yaml
 
 from tests.procscan import engine_pids
 from tests.workers.raycluster import LocalRayCluster
+from tuner.store import Store
+from tuner.sweeps import SweepBudget, SweepRequest, queue_sweep
 from workers.contracts import SLO, SimOptions, TrialResult, TrialSpec
 from workers.loadgen import load_workload
 from workers.ray_worker import (
@@ -30,7 +38,8 @@ from workers.ray_worker import (
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
-TYPES = {"rtx4090": "head", "h100-sxm": "second"}
+SLOTUNE = str(Path(sys.executable).with_name("slotune"))
+SPACES = Path(__file__).resolve().parents[2] / "search_spaces"
 
 
 @pytest.fixture(scope="module")
@@ -39,8 +48,6 @@ def cluster() -> Iterator[LocalRayCluster]:
         ray.shutdown()  # another module's local Ray; this module needs the cluster
     c = LocalRayCluster()
     mp = pytest.MonkeyPatch()
-    # Nodes and driver agree on token authentication (the token file is shared).
-    mp.setenv("RAY_AUTH_MODE", "token")
     mp.delenv("RAY_ADDRESS", raising=False)
     try:
         c.start_head(gpus=2, gpu_type="rtx4090")
@@ -78,7 +85,7 @@ def _located_trial(spec_json: str) -> tuple[str, str]:
 def node_of_types() -> dict[str, str]:
     """gpu_type resource → the id of the node advertising it."""
     out = {}
-    for node in ray.nodes():
+    for node in ray.nodes():  # type: ignore[no-untyped-call]
         if node["Alive"]:
             for key in node["Resources"]:
                 if key.startswith(GPU_TYPE_PREFIX):
@@ -117,3 +124,54 @@ def test_submit_trial_runs_on_the_cluster(cluster: LocalRayCluster) -> None:
     result = collect_trial(submit_trial(s), s, timeout_s=120)
     assert result.status == "ok", result.failure_message
     assert engine_pids(s.trial_id) == []
+
+
+def test_slotune_coordinator_runs_a_sweep_on_the_cluster(cluster: LocalRayCluster,
+                                                         tmp_path: Path) -> None:
+    """``RAY_ADDRESS=<head> slotune coordinator``: trials for H100s run on the H100 node."""
+    space = yaml.safe_load((SPACES / "lab.yaml").read_text())
+    space.update({"name": "lab-h100", "gpu": "h100-sxm",
+                  "sim": {"gpu": "h100-sxm", "time_scale": 3}})
+    space["workload"].update({"num_prompts": 16, "warmup_requests": 1})
+    space["workload"]["arrivals"]["request_rate"] = 3
+    space_file = tmp_path / "lab-h100.yaml"
+    space_file.write_text(yaml.safe_dump(space))
+    url = f"sqlite:///{tmp_path / 'slotune.db'}"
+    upgrade = slotune("db", "upgrade", "--database-url", url)
+    assert upgrade.returncode == 0, upgrade.stderr
+    with Store(url) as store:
+        sweep = queue_sweep(store, SweepRequest(
+            space=str(space_file), strategy="tpe",
+            budget=SweepBudget(max_trials=2, confirm_top=0)))
+    done = slotune("coordinator", "--executor", "ray", "--once", "--poll", "0.5",
+                   "--database-url", url, env={"RAY_ADDRESS": cluster.address})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "on 4 GPUs" in done.stdout  # the cluster's, not a local Ray's
+    with Store(url) as store:
+        assert store.get_sweep(sweep.id).status == "done"
+        trials = store.list_trials(sweep.id).data
+    assert len(trials) == 2
+    for trial in trials:
+        assert trial.status == "ok", trial.result
+        assert trial.result is not None
+        result = TrialResult.model_validate(trial.result)
+        assert result.engine.gpu_name and "H100" in result.engine.gpu_name
+        assert result.log_tail and "GPU KV cache size" in result.log_tail
+        # (Per trial: other suites may run engines on this machine at the same time.)
+        assert_gone(result.trial_id)
+
+
+def assert_gone(trial_id: str, within_s: float = 10) -> None:
+    """No engine of this trial is left (a cancelled task's engine dies a moment later)."""
+    deadline = time.monotonic() + within_s
+    while engine_pids(trial_id) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = engine_pids(trial_id)
+    assert left == [], [Path(f"/proc/{p}/cmdline").read_bytes() for p in left]
+
+
+def slotune(*args: str, env: dict[str, str] | None = None,
+            timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([SLOTUNE, *args], capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL,
+                          env={**os.environ, **(env or {})})
