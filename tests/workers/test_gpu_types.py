@@ -1,0 +1,62 @@
+"""Cluster-mode rules of workers.ray_worker, without Ray: GPU-type resources, log excerpts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from workers.contracts import SLO, SimOptions, TrialSpec, Workload
+from workers.ray_worker import (
+    GPU_TYPES_ENV,
+    gpu_type_resource,
+    log_excerpt,
+    parse_gpu_types,
+    trial_resources,
+)
+
+
+def spec(engine: str = "sim", gpu: str = "rtx4090", **knobs: Any) -> TrialSpec:
+    return TrialSpec(trial_id="t", engine=engine, model="Qwen/Qwen2.5-7B-Instruct",
+                     knobs=knobs, workload=Workload(), slo=SLO(ttft=300),
+                     sim=SimOptions(gpu=gpu))
+
+
+def test_sim_trials_ask_for_their_gpu_type_times_tensor_parallelism() -> None:
+    assert trial_resources(spec(), {}) == {"gpu_type:rtx4090": 1.0}
+    assert trial_resources(spec(gpu="h100-sxm", tensor_parallel_size=4), {}) == \
+        {"gpu_type:h100-sxm": 4.0}
+    # The map renames node labels for sim trials too.
+    assert gpu_type_resource(spec(gpu="h100-sxm"), {"h100-sxm": "h100"}) == "gpu_type:h100"
+
+
+def test_vllm_trials_ask_for_a_type_only_through_the_map(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(GPU_TYPES_ENV, raising=False)
+    assert trial_resources(spec("vllm", "h100-sxm")) == {}
+    monkeypatch.setenv(GPU_TYPES_ENV, "h100-sxm=h100, a100-80g=a100")
+    assert trial_resources(spec("vllm", "h100-sxm", tensor_parallel_size=2)) == \
+        {"gpu_type:h100": 2.0}
+    assert trial_resources(spec("vllm", "l40s")) == {}
+
+
+@pytest.mark.parametrize("text", ["h100", "=h100", "h100=", "a=b,c"])
+def test_a_malformed_map_names_the_item(text: str) -> None:
+    with pytest.raises(ValueError, match=GPU_TYPES_ENV):
+        parse_gpu_types(text)
+
+
+def test_log_excerpt_keeps_start_up_lines_and_the_end_within_the_cap(tmp_path: Path) -> None:
+    log = tmp_path / "engine.log"
+    assert log_excerpt(log) is None
+    log.write_text("")
+    assert log_excerpt(log) is None
+    log.write_text("GPU KV cache size: 1,000 tokens\nshort\n")
+    assert log_excerpt(log) == "GPU KV cache size: 1,000 tokens\nshort\n"
+    lines = ["GPU KV cache size: 52,000 tokens"] + [f"step {i} é" for i in range(5000)]
+    log.write_text("\n".join(lines) + "\nthe last line\n")
+    excerpt = log_excerpt(log, limit=4096)
+    assert excerpt is not None and len(excerpt.encode()) <= 4096
+    assert excerpt.startswith("GPU KV cache size: 52,000 tokens")
+    assert excerpt.endswith("the last line") and "lines omitted" in excerpt
