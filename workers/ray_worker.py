@@ -28,9 +28,10 @@ coordinator started are still used.
 
 **Logs travel in the result**, not on the node's disk: each trial runs in a temporary
 directory removed after it, and the engine's log comes back as a capped excerpt
-(:func:`log_excerpt`: the start-up lines and the last lines) in ``TrialResult.log_tail``
-when the trial itself did not already put its failure tail there. The start-up facts the
-engine printed (KV capacity, phases, version) are in ``TrialResult.engine``.
+(:func:`log_excerpt`: the start-up lines and the last lines, secrets redacted) in
+``TrialResult.log_tail`` when the trial itself did not already put its failure tail
+there. The start-up facts the engine printed (KV capacity, phases, version) are in
+``TrialResult.engine``.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +57,7 @@ from ray.exceptions import (
 )
 
 from workers.contracts import PhaseTimings, TrialResult, TrialSpec
+from workers.engines.base import REDACTED, SECRET_FLAGS, redact_text
 from workers.trial import run_trial
 
 __all__ = [
@@ -65,6 +68,7 @@ __all__ = [
     "gpu_type_resource",
     "log_excerpt",
     "parse_gpu_types",
+    "redact_log",
     "run_trial_task",
     "submit_trial",
     "trial_options",
@@ -96,7 +100,8 @@ def run_trial_task(spec_json: str) -> str:
     try:
         result = run_trial(spec, gpu_ids=gpu_ids, workdir=workdir)
         if result.log_tail is None:
-            excerpt = log_excerpt(workdir / "engine.log")
+            excerpt = log_excerpt(workdir / "engine.log",
+                                  redact=lambda text: redact_log(text, spec))
             if excerpt:
                 result = result.model_copy(update={"log_tail": excerpt})
         return result.model_dump_json()
@@ -173,12 +178,29 @@ def trial_resources(spec: TrialSpec, mapping: dict[str, str] | None = None) -> d
     return {resource: float(spec.tensor_parallel_size)} if resource else {}
 
 
-def log_excerpt(path: Path, limit: int = LOG_EXCERPT_BYTES) -> str | None:
+def redact_log(text: str, spec: TrialSpec, env: Mapping[str, str] | None = None) -> str:
+    """``text`` without secrets: secret-named variables of this worker, secret flag values.
+
+    The engine's environment is a subset of the worker's, so this hides at least what
+    the adapter's own redaction hides; the excerpt is stored in the database.
+    """
+    text = redact_text(text, os.environ if env is None else env)
+    for name, value in spec.engine_flags.items():
+        flag = "--" + name.replace("_", "-")
+        if flag in SECRET_FLAGS and isinstance(value, str) and len(value) >= 4:
+            text = text.replace(value, REDACTED)
+    return text
+
+
+def log_excerpt(path: Path, limit: int = LOG_EXCERPT_BYTES, *,
+                redact: Callable[[str], str] | None = None) -> str | None:
     """The log's first lines (start-up facts) and its last, within ``limit`` bytes."""
     try:
         text = path.read_text(errors="replace")
     except OSError:
         return None
+    if redact is not None:
+        text = redact(text)
     if len(text.encode()) <= limit:
         return text or None
     lines = text.splitlines()

@@ -13,6 +13,7 @@ from workers.ray_worker import (
     gpu_type_resource,
     log_excerpt,
     parse_gpu_types,
+    redact_log,
     trial_resources,
 )
 
@@ -60,3 +61,12 @@ def test_log_excerpt_keeps_start_up_lines_and_the_end_within_the_cap(tmp_path: P
     assert excerpt is not None and len(excerpt.encode()) <= 4096
     assert excerpt.startswith("GPU KV cache size: 52,000 tokens")
     assert excerpt.endswith("the last line") and "lines omitted" in excerpt
+
+
+def test_the_stored_excerpt_carries_no_secret(tmp_path: Path) -> None:
+    log = tmp_path / "engine.log"
+    log.write_text("HF_TOKEN=hf_abcdef123456 api key sk-flag-secret ok\n")
+    s = spec(api_key="sk-flag-secret")
+    excerpt = log_excerpt(log, redact=lambda text: redact_log(
+        text, s, {"HF_TOKEN": "hf_abcdef123456", "PATH": "/usr/bin"}))
+    assert excerpt == "HF_TOKEN=*** api key *** ok\n"
