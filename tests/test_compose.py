@@ -8,6 +8,7 @@ check also run here for real, against SQLite, outside a container.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -199,3 +200,47 @@ def test_healthchecks_fail_with_a_reason_when_nothing_runs() -> None:
     usage = subprocess.run([sys.executable, str(HEALTHCHECK), "nope"], capture_output=True,
                            text=True, timeout=30, check=False)
     assert usage.returncode == 2
+
+
+@pytest.fixture
+def fake_bin(tmp_path: Path) -> tuple[Path, Path]:
+    """``ray`` and ``slotune`` stand-ins that append their argv (JSON) to a call log."""
+    bin_dir, calls = tmp_path / "bin", tmp_path / "calls.jsonl"
+    bin_dir.mkdir()
+    for name in ("ray", "slotune"):
+        script = bin_dir / name
+        script.write_text(f"#!{sys.executable}\nimport json, sys\n"
+                          f"open({str(calls)!r}, 'a').write(json.dumps([{name!r}, "
+                          "*sys.argv[1:]]) + '\\n')\n")
+        script.chmod(0o755)
+    return bin_dir, calls
+
+
+def run_role(fake_bin: tuple[Path, Path], role: str, **env: str) -> list[list[str]]:
+    bin_dir, calls = fake_bin
+    full = {**_env(), "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", **env}
+    done = subprocess.run(["sh", str(ENTRYPOINT), role], env=full, capture_output=True,
+                          text=True, timeout=30, check=False)
+    assert done.returncode == 0, done.stderr
+    return [json.loads(line) for line in calls.read_text().splitlines()]
+
+
+def test_coordinator_role_migrates_joins_ray_then_coordinates(
+        fake_bin: tuple[Path, Path]) -> None:
+    calls = run_role(fake_bin, "coordinator", RAY_ADDRESS="ray-head:6379")
+    assert [c[:3] for c in calls] == [["slotune", "db", "upgrade"],
+                                      ["ray", "start", "--address"],
+                                      ["slotune", "coordinator", "--executor"]]
+    assert calls[1][3] == "ray-head:6379"
+    assert calls[1][calls[1].index("--num-gpus") + 1] == "0"  # the driver's node runs nothing
+
+
+def test_worker_role_advertises_one_gpu_type_unit_per_gpu(fake_bin: tuple[Path, Path]) -> None:
+    [call] = run_role(fake_bin, "ray-worker", RAY_ADDRESS="head:6379", RAY_NUM_GPUS="2",
+                      RAY_NUM_CPUS="4", RAY_GPU_TYPES="rtx4090, h100-sxm")
+    assert call[:4] == ["ray", "start", "--address", "head:6379"]
+    assert call[call.index("--num-gpus") + 1] == "2"
+    assert call[call.index("--num-cpus") + 1] == "4"
+    assert json.loads(call[call.index("--resources") + 1]) == \
+        {"gpu_type:rtx4090": 2, "gpu_type:h100-sxm": 2}
+    assert "--block" in call
