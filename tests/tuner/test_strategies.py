@@ -142,6 +142,54 @@ def test_guided_sweeps_the_knob_of_the_diagnosed_wall_and_writes_cards() -> None
     assert s.incumbent_result.objective == max(synthetic(p).objective for p in SPACE.grid())
 
 
+def test_guided_line_search_stops_past_the_peak_and_skips_the_far_side() -> None:
+    s = GuidedStrategy(SPACE)
+    drive(s, synthetic)
+    tried = [v["value"] for v in s.cards[0].results]
+    # from the default 2048: down (the wider side) gains at 1024, loses at 256 → stop;
+    # the peak lies below, so 4096 above is never booted for this step
+    assert tried == [1024, 256]
+    step = [o.proposal.params for o in s.history if "step 1:" in o.proposal.note]
+    assert all(p["max_num_batched_tokens"] != 4096 for p in step)
+
+
+KV_SPACE = parse_space({
+    "name": "kv",
+    "model": "Qwen/Qwen2.5-7B-Instruct",
+    "gpu": "rtx4090",
+    "knobs": {
+        "gpu_memory_utilization": {"type": "values", "values": [0.8, 0.85, 0.9, 0.95],
+                                   "default": 0.9},
+        "max_model_len": {"type": "values", "values": [4096, 8192, 16384], "default": 16384},
+        "kv_cache_dtype": {"type": "categorical", "choices": ["auto", "fp8"],
+                           "default": "auto"},
+    },
+    "workload": {"name": "w", "dataset": {"kind": "random", "input_len": 2048,
+                                          "output_len": 256},
+                 "arrivals": {"request_rate": 1}, "num_prompts": 40},
+    "slo": "ttft:2000,tpot:60",
+})
+
+
+def kv_pool(params: dict[str, Any]) -> TrialResult:
+    """A KV-bound landscape: capacity grows with the pool (memory, bytes per token) only."""
+    pool = params["gpu_memory_utilization"] * (2.0 if params["kv_cache_dtype"] == "fp8" else 1)
+    return TrialResult(trial_id="x", status="ok", objective=pool, gate_passed=True,
+                       headroom=0.9, diagnosis={"wall": "kv", "label": "KV-bound",
+                                                "reason": "test", "evidence": {}})
+
+
+def test_guided_on_a_full_kv_pool_grows_it_before_touching_max_model_len() -> None:
+    s = GuidedStrategy(KV_SPACE)
+    drive(s, kv_pool)
+    first, second = s.cards[0], s.cards[1]
+    assert (first.variable, first.values, first.verdict) == (
+        "gpu_memory_utilization", [0.95], "supported")  # a full pool needs more, not less
+    assert (second.variable, second.verdict) == ("kv_cache_dtype", "supported")
+    assert [o.proposal.params["max_model_len"] for o in s.history[:3]] == [16384] * 3
+    assert s.incumbent_result is not None and s.incumbent_result.objective == pytest.approx(1.9)
+
+
 def test_guided_stops_at_a_queue_wall_saying_add_replicas() -> None:
     s = GuidedStrategy(SPACE)
     told = drive(s, lambda p: synthetic(p, wall="queue"))

@@ -1,10 +1,16 @@
 """Guided: the seed's closed tuning loop, automated, one experiment card per step.
 
 baseline (the engine's defaults) → read the binding wall from the result's diagnosis →
-sweep the one knob that moves that wall (the seed's table) with every other knob at the
+vary the one knob that moves that wall (the seed's table) with every other knob at the
 incumbent → keep the best value only if it beats the incumbent beyond noise →
 re-diagnose → … → stop when a full round of knobs brings nothing (plateau), or when the
 wall is the queue (a capacity problem: add replicas, tuning won't help).
+
+A knob with ordered (numeric) values is line-searched rather than swept: one step to
+each side of the incumbent, then further only in a direction while every step beats the
+one before (the trials past a worse step are the ones a sweep wastes). Where the wall
+fixes the side a knob can help from — a full KV pool needs more memory, never less —
+only that side is tried. A categorical knob tries each of its other values at once.
 
 Each step is an :class:`ExperimentCard` — symptom, evidence, hypothesis, the one
 variable, the values tried, the expected direction, the result, the verdict and the
@@ -23,7 +29,7 @@ from typing import Any, Literal
 import optuna
 
 from tuner.spaces import SearchSpace
-from tuner.strategies._base import Proposal, Strategy, StrategyError
+from tuner.strategies._base import Proposal, Strategy, StrategyError, params_key
 from tuner.strategies._ranking import NOISE_TOLERANCE
 from workers.contracts import KnobValue, TrialResult
 
@@ -32,10 +38,21 @@ __all__ = ["WALL_KNOBS", "ExperimentCard", "GuidedStrategy", "GuidedTPEStrategy"
 Verdict = Literal["supported", "rejected", "inconclusive"]
 
 WALL_KNOBS: dict[str, tuple[str, ...]] = {
-    # the seed's table: which knob moves which wall, in the order the seed tries them
+    # the seed's table: which knob moves which wall, in the order they are tried. A pool
+    # that fills at run time grows with memory and with fewer bytes per token; a paged
+    # engine sizes no pool by max_model_len (it only decides at start-up whether one
+    # longest request fits, and rejects longer ones), so that knob comes last here and
+    # first when start-up itself failed for memory (_STARTUP_KV_KNOBS)
     "prefill": ("max_num_batched_tokens", "enable_prefix_caching"),
     "decode": ("max_num_seqs", "quantization", "speculative_config"),
-    "kv": ("gpu_memory_utilization", "max_model_len", "kv_cache_dtype"),
+    "kv": ("gpu_memory_utilization", "kv_cache_dtype", "max_model_len"),
+}
+_STARTUP_KV_KNOBS: tuple[str, ...] = ("max_model_len", "gpu_memory_utilization",
+                                      "kv_cache_dtype")
+_SIDE: dict[str, dict[str, int]] = {
+    # the only side of the incumbent (+1 up, -1 down) from which a knob can move its own
+    # wall; a knob not listed, or swept for another wall, is tried on both sides
+    "kv": {"gpu_memory_utilization": +1, "max_model_len": -1},
 }
 _EXPECTED: dict[str, str] = {
     "max_num_batched_tokens": "smaller chunks lower TTFT (decode interleaves sooner); larger "
@@ -49,6 +66,8 @@ _EXPECTED: dict[str, str] = {
     "kv_cache_dtype": "fp8 KV halves KV bytes: twice the tokens in the pool",
 }
 _CONTINUOUS_POINTS = 5
+_MAX_LINE_POINTS = 9
+"""An ordered knob with more values is line-searched on this many, evenly spaced."""
 
 
 @dataclass(slots=True)
@@ -98,7 +117,7 @@ def _headroom(result: TrialResult) -> float:
 
 
 class GuidedStrategy(Strategy):
-    """The seed's loop: diagnose the wall, sweep the knob that moves it, keep real gains."""
+    """The seed's loop: diagnose the wall, vary the knob that moves it, keep real gains."""
 
     name = "guided"
 
@@ -117,6 +136,7 @@ class GuidedStrategy(Strategy):
         self._awaiting: set[int] = set()
         self._sweep: list[tuple[Proposal, TrialResult]] = []
         self._card: ExperimentCard | None = None
+        self._lines: list[_Line] = []
         self._tried: set[str] = set()
         self._handed_to_tpe = False
         self._step_note = "baseline: the engine's defaults"
@@ -149,7 +169,7 @@ class GuidedStrategy(Strategy):
             self._awaiting.add(trial.number)
             return trial
         if not self._awaiting and not self.done:
-            self._advance()  # every value of the step is known already
+            self._round_done()  # every value of the round is known already
             return self._next() if self._queue or self._handed_to_tpe else None
         return None
 
@@ -159,9 +179,30 @@ class GuidedStrategy(Strategy):
         self._awaiting.discard(proposal.number)
         self._sweep.append((proposal, result))
         if not self._awaiting and not self._queue:
-            self._advance()
+            self._round_done()
 
     # --- the loop ----------------------------------------------------------------------
+
+    def _round_done(self) -> None:
+        """A round's results are all in: go on along a line, or close the step."""
+        card = self._card
+        if card is not None and self._lines:
+            line = self._lines[0]
+            found = {params_key(p.params): r for p, r in self._sweep}
+            result = found[params_key({**self.incumbent, card.variable: line.head})]
+            first = line.behind is self.incumbent_result
+            if _better(result, line.behind, self.tolerance):
+                # one-peaked along a line: the peak lies this way, the other side can't win
+                self._lines = [line] if line.ahead else []
+                if line.ahead:
+                    line.behind, line.head = result, line.ahead.pop(0)
+            else:
+                self._lines = self._lines[1:] if first else []
+            if self._lines:
+                card.values.append(self._lines[0].head)
+                self._queue.append({**self.incumbent, card.variable: self._lines[0].head})
+                return
+        self._advance()
 
     def _advance(self) -> None:
         """A step's results are all in: judge it, then plan the next step (or stop)."""
@@ -218,16 +259,26 @@ class GuidedStrategy(Strategy):
             self._finish("queue-bound at the incumbent: past the knee, a capacity problem — "
                          "add replicas (tuning won't move it)")
             return
-        order = [k for k in WALL_KNOBS.get(wall, ()) if k in self.space.knobs]
+        own = _STARTUP_KV_KNOBS if wall == "kv" and result.status == "failed" else \
+            WALL_KNOBS.get(wall, ())
+        order = [k for k in own if k in self.space.knobs]
         order += [k for ks in WALL_KNOBS.values() for k in ks if k in self.space.knobs]
         order += list(self.space.knobs)
-        knob = next((k for k in dict.fromkeys(order) if k not in self._tried), None)
-        if knob is None:
+        for knob in dict.fromkeys(order):
+            if knob in self._tried:
+                continue
+            self._tried.add(knob)
+            in_wall = knob in own
+            lines, values = self._lines_for(knob, _SIDE.get(wall, {}).get(knob, 0)
+                                            if in_wall else 0)
+            if not lines and not values:
+                continue  # nothing on the side that could help: no experiment to run
+            break
+        else:
             self._finish("plateau: a full round of knobs brought no gain beyond noise")
             return
-        self._tried.add(knob)
-        values = [v for v in self._values(knob) if v != self.incumbent.get(knob)]
-        in_wall = knob in WALL_KNOBS.get(wall, ())
+        self._lines = lines
+        values += [lines[0].head] if lines else []
         self._card = ExperimentCard(
             step=len(self.cards) + 1, symptom=symptom, evidence=evidence,
             hypothesis=(f"{knob} moves the {wall} wall" if in_wall else
@@ -236,10 +287,25 @@ class GuidedStrategy(Strategy):
             expected=_EXPECTED.get(knob, "unknown: measure it"),
         )
         self.cards.append(self._card)
-        self._step_note = f"step {self._card.step}: sweep {knob} ({symptom})"
+        verb = "line-search" if lines else "sweep"
+        self._step_note = f"step {self._card.step}: {verb} {knob} ({symptom})"
         self._queue.extend({**self.incumbent, knob: v} for v in values)
-        if not values:
-            self._advance()
+
+    def _lines_for(self, knob: str, side: int) -> tuple[list[_Line], list[KnobValue]]:
+        """How to vary ``knob``: lines from the incumbent (ordered) or values to sweep."""
+        current = self.incumbent.get(knob)
+        values = [v for v in self._values(knob) if v != current]
+        at = None if current is None else _number(current)
+        numbers = [(x, v) for v in values if (x := _number(v)) is not None]
+        if at is None or len(numbers) < len(values):
+            return [], values
+        below = [v for _, v in sorted((p for p in numbers if p[0] < at), key=lambda p: -p[0])]
+        above = [v for _, v in sorted((p for p in numbers if p[0] > at), key=lambda p: p[0])]
+        assert self.incumbent_result is not None
+        lines = [_Line(ahead[1:], ahead[0], self.incumbent_result)
+                 for d, ahead in ((-1, below), (+1, above)) if ahead and side in (0, d)]
+        # the side holding more of the range first: a priori the likelier home of the peak
+        return sorted(lines, key=lambda line: -len(line.ahead)), []
 
     def _finish(self, reason: str) -> None:
         if self.then == "tpe":
@@ -252,6 +318,9 @@ class GuidedStrategy(Strategy):
     def _values(self, knob: str) -> list[KnobValue]:
         values = self.space.choices(knob)
         if values is not None:
+            if len(values) > _MAX_LINE_POINTS and all(_number(v) is not None for v in values):
+                n = _MAX_LINE_POINTS
+                return [values[round(i * (len(values) - 1) / (n - 1))] for i in range(n)]
             return values
         spec = self.space.knobs[knob]
         low, high = float(spec.low), float(spec.high)  # type: ignore[union-attr]
@@ -259,6 +328,22 @@ class GuidedStrategy(Strategy):
         if spec.type == "log":
             return [low * (high / low) ** (i / (n - 1)) for i in range(n)]
         return [low + (high - low) * i / (n - 1) for i in range(n)]
+
+
+@dataclass(slots=True)
+class _Line:
+    """One direction of a line search: the value being tried and those further out."""
+
+    ahead: list[KnobValue]
+    head: KnobValue
+    behind: TrialResult
+    """The result one step back (the incumbent's for the first step)."""
+
+
+def _number(value: KnobValue) -> float | None:
+    """``value`` on a line (an ordered knob), or None (categorical: bool, text, null)."""
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) \
+        else None
 
 
 def _fmt(x: float | None) -> str:
