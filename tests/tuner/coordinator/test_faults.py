@@ -45,7 +45,7 @@ SMALL_SPACE: dict[str, Any] = {
                                "default": 256}},
     "workload": {"name": "faults-4rps", "dataset": {"kind": "random", "input_len": 512,
                                                     "output_len": 128},
-                 "arrivals": {"request_rate": 4}, "num_prompts": 60, "warmup_requests": 2},
+                 "arrivals": {"request_rate": 4}, "num_prompts": 100, "warmup_requests": 2},
     "slo": "ttft:300,tpot:50",
     "sim": {"gpu": "rtx4090", "time_scale": 2},
 }
@@ -73,6 +73,33 @@ def _run_in_thread(coordinator: Coordinator, sweep_id: int) -> tuple[threading.T
     return thread, box
 
 
+def _kill_an_engine_once_measuring(kill_parent: bool = False) -> None:
+    """SIGKILL an engine (or the Ray worker that started it) ~3 s after it appeared."""
+    first_seen: dict[int, float] = {}
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        now = time.monotonic()
+        for pid in engine_pids():
+            first_seen.setdefault(pid, now)
+            if now - first_seen[pid] < 3.0:
+                continue
+            try:
+                target = pid
+                if kill_parent:
+                    stat = Path(f"/proc/{pid}/stat").read_text()
+                    target = int(stat.split(")")[1].split()[1])
+                os.kill(target, signal.SIGKILL)
+                return
+            except (ProcessLookupError, FileNotFoundError):
+                continue  # that trial just ended: take the next one
+        time.sleep(0.1)
+    raise AssertionError("no engine lived long enough to be killed")
+
+
+def _no_engine_left() -> None:
+    _wait_for(lambda: not engine_pids(), 15, "every engine to be gone")
+
+
 def _wait_for(predicate: Any, timeout: float, what: str) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -84,14 +111,13 @@ def _wait_for(predicate: Any, timeout: float, what: str) -> Any:
 
 
 def test_engine_killed_mid_trial_is_crashed_and_the_sweep_goes_on(
-        store: Store, migrated_url: str, ray_executor: RayExecutor) -> None:
+        postgres_store: Store, postgres_url: str, ray_executor: RayExecutor) -> None:
+    store, migrated_url = postgres_store, postgres_url  # the fault is Ray's: one backend
     sweep = queue_sweep(store, SweepRequest(space=SMALL_SPACE, strategy="grid",
                                             budget=SweepBudget(max_trials=4, confirm_top=0)))
     thread, box = _run_in_thread(Coordinator(store, ray_executor, database_url=migrated_url),
                                  sweep.id)
-    victim = _wait_for(lambda: engine_pids(), 60, "an engine to start")[0]
-    time.sleep(4)  # booted and measuring
-    os.kill(victim, signal.SIGKILL)
+    _kill_an_engine_once_measuring()
     thread.join(timeout=300)
     assert "error" not in box, box.get("error")
     final = box["sweep"]
@@ -101,20 +127,18 @@ def test_engine_killed_mid_trial_is_crashed_and_the_sweep_goes_on(
     assert len(crashed) == 1 and crashed[0].result is not None
     assert crashed[0].result["log_tail"]
     assert len([t for t in rows if t.status == "ok"]) == 3
-    assert engine_pids() == []
+    _no_engine_left()
 
 
 def test_killed_ray_worker_is_retried_without_duplicates(
-        store: Store, migrated_url: str, ray_executor: RayExecutor) -> None:
+        postgres_store: Store, postgres_url: str, ray_executor: RayExecutor) -> None:
+    store, migrated_url = postgres_store, postgres_url  # the fault is Ray's: one backend
     sweep = queue_sweep(store, SweepRequest(space=SMALL_SPACE, strategy="grid",
                                             budget=SweepBudget(max_trials=3, max_parallel=1,
                                                                confirm_top=0)))
     thread, box = _run_in_thread(Coordinator(store, ray_executor, database_url=migrated_url),
                                  sweep.id)
-    engine = _wait_for(lambda: engine_pids(), 60, "an engine to start")[0]
-    time.sleep(2)
-    worker = int(Path(f"/proc/{engine}/stat").read_text().split(")")[1].split()[1])
-    os.kill(worker, signal.SIGKILL)  # the Ray worker running the trial dies
+    _kill_an_engine_once_measuring(kill_parent=True)  # the Ray worker running it dies
     thread.join(timeout=300)
     assert "error" not in box, box.get("error")
     rows = store.list_trials(box["sweep"].id).data
@@ -124,7 +148,7 @@ def test_killed_ray_worker_is_retried_without_duplicates(
     assert [(t.attempt, t.status) for t in retried] == [(1, "failed"), (2, "ok")]
     measured = [repr(sorted(t.params.items())) for t in rows if t.status == "ok"]
     assert len(measured) == len(set(measured)) == 3
-    assert engine_pids() == []
+    _no_engine_left()
 
 
 def test_kill_9_mid_sweep_then_resume_accounts_for_every_trial(store: Store,
@@ -164,11 +188,9 @@ def _postgres(action: str) -> None:
                    check=True, capture_output=True, timeout=60)
 
 
-def test_postgres_restart_mid_sweep_loses_nothing(backend: str, store: Store,
-                                                  migrated_url: str,
+def test_postgres_restart_mid_sweep_loses_nothing(postgres_store: Store, postgres_url: str,
                                                   caplog: pytest.LogCaptureFixture) -> None:
-    if backend != "postgres":
-        pytest.skip("this fault is Postgres' own (SQLite has no server to restart)")
+    store, migrated_url = postgres_store, postgres_url
     sweep = queue_sweep(store, SweepRequest(space="lab", strategy="random", budget=SweepBudget(
         max_trials=40, confirm_top=0)))
     thread, box = _run_in_thread(
