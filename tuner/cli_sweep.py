@@ -31,7 +31,7 @@ from tuner.db.errors import Conflict, NotFound, StorageError
 from tuner.db.records import BestConfig, SweepRecord
 from tuner.settings import get_settings, redact_url
 from tuner.strategies import DEFAULT_STRATEGY
-from tuner.sweeps import REQUEST_ERRORS, SweepBudget, SweepRequest, queue_sweep
+from tuner.sweeps import REQUEST_ERRORS, SweepBudget, SweepRequest, queue_sweep, resolve
 from workers.contracts import SLO
 
 __all__ = ["best_command", "coordinator_command", "sweep_app"]
@@ -167,13 +167,16 @@ def _finish(store: Any, sweep: SweepRecord, console: Console,
 
 def _write_report(store: Any, sweep_id: int, directory: Path | None) -> Path | None:
     try:
-        from tuner.report import write_report
+        from tuner.report import ReportPathError, write_report
     except ImportError:
         return None
     from tuner.settings import default_data_dir
 
     target = directory or default_data_dir() / "reports" / f"sweep-{sweep_id}"
-    html, _ = write_report(store, sweep_id, target)
+    try:
+        html, _ = write_report(store, sweep_id, target)
+    except ReportPathError as exc:
+        raise _fail(str(exc), 2) from None
     return Path(html)
 
 
@@ -210,6 +213,10 @@ def run(
                                           max_gpu_hours=max_gpu_hours, deadline=deadline,
                                           plateau_trials=plateau, confirm_top=confirm_top,
                                           confirm_repeats=confirm_repeats))
+    except REQUEST_ERRORS as exc:
+        raise _fail(reason(exc), 2) from None
+    try:
+        resolve(request)  # refuse a bad request before a database is created for it
     except REQUEST_ERRORS as exc:
         raise _fail(reason(exc), 2) from None
     store, url = _store(database_url, migrate=True)

@@ -275,18 +275,20 @@ _PR_SET_PDEATHSIG = 1
 
 
 def flag_args(flags: Mapping[str, KnobValue]) -> list[str]:
-    """vLLM-style arguments: ``--name value``; booleans ``--x``/``--no-x``; objects as JSON."""
+    """vLLM-style arguments: ``--name=value``; booleans ``--x``/``--no-x``; objects as JSON."""
     out: list[str] = []
     for name, value in flags.items():
         flag = "--" + name.replace("_", "-")
         if value is None:
             continue
+        # ``--flag=value`` as one element: a value that looks like an option (say
+        # "--enforce-eager") can then never be read by the engine as a flag of its own.
         if isinstance(value, bool):
             out.append(flag if value else "--no-" + flag[2:])
         elif isinstance(value, dict):
-            out += [flag, json.dumps(value, separators=(",", ":"), sort_keys=True)]
+            out.append(f"{flag}={json.dumps(value, separators=(',', ':'), sort_keys=True)}")
         else:
-            out += [flag, str(value)]
+            out.append(f"{flag}={value}")
     return out
 
 
