@@ -146,6 +146,31 @@ class _Running:
     gpus: int
 
 
+_DISCARDED = "client-bound: the load generator could not keep its schedule"
+
+
+def distorted(result: TrialResult) -> bool:
+    """An ok run that failed its gate while the client itself was overloaded."""
+    return (result.status == "ok" and not result.gate_passed
+            and bool(result.metrics.get("client_bound")))
+
+
+def discarded(result: TrialResult) -> TrialResult:
+    """The distorted run, recorded as a failed attempt that says why (then retried)."""
+    lag = (result.metrics.get("send_lag_ms") or {}).get("p99")
+    detail = f" (p99 send lag {lag:.1f} ms)" if isinstance(lag, int | float) else ""
+    return TrialResult.model_validate({
+        **result.model_dump(), "status": "failed", "failure": "benchmark_errors",
+        "objective": 0.0, "constraints": {"fits": -1.0},
+        "failure_message": f"{_DISCARDED}{detail}; measurement discarded and retried",
+    })
+
+
+def _transient(result: TrialResult) -> bool:
+    return result.failure == "worker_lost" or (result.failure_message or "").startswith(
+        _DISCARDED)
+
+
 def gpu_hours(result: TrialResult, gpus: int) -> float:
     return result.timings.total_s * max(1, gpus) / 3600.0
 
@@ -326,7 +351,12 @@ class SweepRunner:
     def _finished(self, handle: Hashable, result: TrialResult) -> None:
         run = self.running.pop(handle)
         self.share.release(self.sweep.id, run.gpus)
-        if result.failure == "worker_lost" and run.row.attempt < MAX_ATTEMPTS:
+        if distorted(result) and run.row.attempt < MAX_ATTEMPTS:
+            # The load generator says it could not keep its schedule, and the gate failed:
+            # that zero may be the machine's fault, not the configuration's. Discard it.
+            result = discarded(result)
+        if result.failure in ("worker_lost", "benchmark_errors") and \
+                run.row.attempt < MAX_ATTEMPTS and _transient(result):
             # Transient: record this attempt, run the same params again.
             self.gpu_hours += gpu_hours(result, run.gpus)
             self._outbox.append(deque([lambda: self.store.finish_trial(run.row.id, result),

@@ -25,10 +25,12 @@ from workers.contracts import TrialResult, TrialSpec
 class RecordingExecutor(TrialExecutor):
     """A virtual executor that remembers what it ran and can lose chosen workers."""
 
-    def __init__(self, gpus: int = 2, lose: set[str] | None = None) -> None:
+    def __init__(self, gpus: int = 2, lose: set[str] | None = None,
+                 overload: set[str] | None = None) -> None:
         self.inner = VirtualExecutor(gpus)
         self.submitted: list[TrialSpec] = []
         self.lose = lose or set()
+        self.overload = overload or set()
         self.in_flight: dict[Hashable, str] = {}
         self.peak: Counter[str] = Counter()
         self._lock = threading.Lock()
@@ -48,6 +50,14 @@ class RecordingExecutor(TrialExecutor):
         for handle, result in self.inner.wait(handles, timeout_s):
             with self._lock:
                 self.in_flight.pop(handle, None)
+            if result.trial_id in self.overload:
+                # What a run on an overloaded machine looks like: the client fell behind
+                # its schedule and the latencies it saw broke the gate.
+                self.overload.discard(result.trial_id)
+                result = result.model_copy(update={
+                    "objective": 0.0, "gate_passed": False,
+                    "metrics": {**result.metrics, "client_bound": True,
+                                "send_lag_ms": {"p99": 180.0}}})
             if result.trial_id in self.lose:
                 self.lose.discard(result.trial_id)
                 result = TrialResult(trial_id=result.trial_id, status="failed",
@@ -250,3 +260,18 @@ def test_resume_finishes_a_sweep_whose_coordinator_died(store: Store,
     keys = [str(sorted(t.params.items())) for t in finished]
     assert len(keys) == len(set(keys)) == 10
     assert {str(sorted(t.params.items())) for t in lost} <= set(keys)
+
+
+def test_a_run_distorted_by_an_overloaded_client_is_discarded_and_retried(
+        store: Store, migrated_url: str) -> None:
+    sweep_probe = queue_sweep(store, lab(max_trials=1))
+    store.cancel_sweep(sweep_probe.id)
+    next_id = sweep_probe.id + 1
+    executor = RecordingExecutor(overload={f"s{next_id}-t0-a1"})
+    final = run(store, migrated_url, lab(max_trials=3, confirm_top=0), executor)
+    rows = [t for t in store.list_trials(final.id).data if t.number == 0]
+    assert [(t.attempt, t.status) for t in rows] == [(1, "failed"), (2, "ok")]
+    assert rows[0].failure_class == "benchmark_errors"
+    assert rows[0].result and "client-bound" in rows[0].result["failure_message"]
+    assert "p99 send lag 180.0 ms" in rows[0].result["failure_message"]
+    assert rows[1].objective and rows[1].objective > 0
