@@ -11,14 +11,20 @@ start-up what vLLM takes to refuse), plus every capacity probe's measurement, cu
 the early abort when the gate could no longer hold — times tensor_parallel_size GPUs.
 A config that breaks a rule of the space is never booted: free.
 
+Requests per probe are set per scenario (long answers need longer probes to fill the
+engine; ``--prompts`` overrides them all). A scenario whose optimum sits at its space's
+``max_rate`` is flagged: capacities there are censored and the ranking means little.
+
 Strategies: ``grid`` (auto_tune's full grid in its natural order), ``random``,
 ``tpe-plain`` (Optuna's default TPESampler: no constraints, no defaults enqueued,
 repeats measured again) and ours (``tpe``, ``guided``, ``guided+tpe``), each over
 ``--seeds`` seeds, one trial at a time, until the strategy stops or has spent the
 grid's whole cost. Printed per strategy: the median GPU-hours to reach ≥ 98% of the
-optimum, the median regret at 25% of the grid's GPU-hours and at the end.
+optimum, the median regret at 25% of the grid's GPU-hours and at the end. The target is
+judged for ``DEFAULT_STRATEGY`` as imported at run time (always run, with ``tpe-plain``):
+per scenario and overall, ≤ 25% of the grid's GPU-hours and fewer than ``tpe-plain``.
 
-    python benchmarks/search_efficiency.py            # the full run (a few minutes)
+    python benchmarks/search_efficiency.py            # the full run (~10 min, 2 cores)
     python benchmarks/search_efficiency.py --quick    # smoke run
 """
 
@@ -56,12 +62,24 @@ from workers.sim_trial import run_virtual_trial
 TARGET_SHARE = 0.98
 TARGET_GRID_FRACTION = 0.25
 
-SCENARIOS: dict[str, str] = {
-    # scenario → shipped space (model, GPU, workload, SLO all come from the file)
-    "prefill-bound": "prefill-bound",
-    "decode-bound": "decode-bound",
-    "kv-bound": "kv-bound",
-    "h100-chat": "h100",
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    space: str
+    """A shipped space: model, GPU, workload, SLO and capacity search come from the file."""
+    prompts: int
+    """Requests per capacity probe. A probe must outlast a request's stay in the engine,
+    or the batch never fills and capacity is overstated. Short answers settle with 50;
+    decode-bound's 768-token answers stay ~20 s, and its best config's capacity reads
+    16+ (the old cap) at 50 requests, 19 at 200, 9.8 at 300, 8.7 at 400, 8.0 at 600:
+    400 is within ~10% of steady state at half the cost of 600."""
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "prefill-bound": Scenario("prefill-bound", 50),
+    "decode-bound": Scenario("decode-bound", 400),
+    "kv-bound": Scenario("kv-bound", 50),
+    "h100-chat": Scenario("h100", 50),
 }
 DEFAULT_SCENARIOS = ("prefill-bound", "decode-bound", "kv-bound")
 QUICK_SCENARIOS = ("prefill-bound",)
@@ -167,31 +185,42 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scenarios", default=None,
                         help=f"comma-separated, from: {', '.join(SCENARIOS)}")
     parser.add_argument("--seeds", type=int, default=None)
-    parser.add_argument("--prompts", type=int, default=None, help="requests per probe")
+    parser.add_argument("--prompts", type=int, default=None,
+                        help="requests per probe, for every scenario (default: the scenario's)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--strategies", default=",".join(STRATEGY_MAKERS))
     args = parser.parse_args(argv)
     seeds = args.seeds or (2 if args.quick else 10)
-    prompts = args.prompts or (40 if args.quick else 50)
     names = (tuple(args.scenarios.split(",")) if args.scenarios
              else QUICK_SCENARIOS if args.quick else DEFAULT_SCENARIOS)
     strategies = [s for s in args.strategies.split(",") if s]
+    for given, known in ((names, SCENARIOS), (strategies, STRATEGY_MAKERS)):
+        if unknown := [s for s in given if s not in known]:
+            parser.error(f"unknown: {', '.join(unknown)}; valid: {', '.join(known)}")
+    # the verdict compares the default, as it is now, with tpe-plain: both always run
+    strategies += [s for s in ("tpe-plain", DEFAULT_STRATEGY) if s not in strategies]
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     t0 = time.perf_counter()
     met_all = True
-    print(f"search efficiency: {len(names)} scenarios, {seeds} seeds, {prompts} requests per "
-          f"probe, target: {DEFAULT_STRATEGY} reaches {TARGET_SHARE:.0%} of the optimum within "
+    print(f"search efficiency: {len(names)} scenarios, {seeds} seeds, target: the default "
+          f"strategy ({DEFAULT_STRATEGY}) reaches {TARGET_SHARE:.0%} of the optimum within "
           f"{TARGET_GRID_FRACTION:.0%} of the grid's GPU-hours and before tpe-plain")
     for scenario in names:
-        space = _space(SCENARIOS[scenario], prompts)
+        scene = SCENARIOS[scenario]
+        prompts = args.prompts or (40 if args.quick else scene.prompts)
+        space = _space(scene.space, prompts)
         memo = ground_truth(space, args.workers)
         grid_h = sum(e.gpu_s for e in memo.values()) / 3600.0
         optimum = max(e.objective for e in memo.values())
         level = TARGET_SHARE * optimum
+        capped = optimum >= space.capacity.max_rate * (1 - space.capacity.relative_tolerance)
         print(f"\n## {scenario}: {space.model} on {space.gpu}, SLO {space.resolve_slo()}, "
-              f"{space.grid_size()} configs, optimum {optimum:.3g} req/s, "
-              f"grid {grid_h:.2f} GPU-h")
+              f"{space.grid_size()} configs, {prompts} requests per probe, rate cap "
+              f"{space.capacity.max_rate:g} req/s, optimum {optimum:.3g} req/s, "
+              f"grid {grid_h:.2f} GPU-h"
+              + (" — WARNING: the optimum sits at the rate cap, the ranking is censored"
+                 if capped else ""))
         print(f"{'strategy':<12} {'GPU-h to 98%':>13} {'% of grid':>10} {'reached':>8} "
               f"{'regret@25%':>11} {'final regret':>13} {'trials':>7}")
         medians: dict[str, float] = {}
@@ -211,15 +240,15 @@ def main(argv: list[str] | None = None) -> int:
             shown = f"{med:.3f}" if math.isfinite(med) else "not reached"
             print(f"{name:<12} {shown:>13} {share:>10} {reached:>5}/{seeds:<2} "
                   f"{regret25:>11.3f} {final:>13.3f} {trials:>7g}")
-        ours = medians.get(DEFAULT_STRATEGY, math.inf)
-        plain = medians.get("tpe-plain", math.inf)
-        met = ours <= TARGET_GRID_FRACTION * grid_h and ours < plain
-        met_all &= met
-        print(f"target ({DEFAULT_STRATEGY}): {'MET' if met else 'NOT MET'} — "
-              f"{ours:.3f} GPU-h vs {TARGET_GRID_FRACTION * grid_h:.3f} (25% of grid), "
-              f"tpe-plain {plain:.3f}")
-    print(f"\noverall target: {'MET' if met_all else 'NOT MET'} "
-          f"({time.perf_counter() - t0:.0f} s)")
+        ours, plain = medians[DEFAULT_STRATEGY], medians["tpe-plain"]
+        within, faster = ours <= TARGET_GRID_FRACTION * grid_h, ours < plain
+        met_all &= within and faster
+        print(f"target ({DEFAULT_STRATEGY}): {'MET' if within and faster else 'NOT MET'} — "
+              f"{ours:.3f} GPU-h vs {TARGET_GRID_FRACTION * grid_h:.3f} (25% of grid): "
+              f"{'ok' if within else 'over'}; vs tpe-plain {plain:.3f}: "
+              f"{'fewer' if faster else 'not fewer'}")
+    print(f"\noverall target: {'MET' if met_all else 'NOT MET'} — {DEFAULT_STRATEGY} in "
+          f"{len(names)} scenario(s) ({time.perf_counter() - t0:.0f} s)")
     return 0
 
 

@@ -190,14 +190,14 @@ class GuidedStrategy(Strategy):
             line = self._lines[0]
             found = {params_key(p.params): r for p, r in self._sweep}
             result = found[params_key({**self.incumbent, card.variable: line.head})]
-            first = line.behind is self.incumbent_result
             if _better(result, line.behind, self.tolerance):
                 # one-peaked along a line: the peak lies this way, the other side can't win
                 self._lines = [line] if line.ahead else []
                 if line.ahead:
                     line.behind, line.head = result, line.ahead.pop(0)
             else:
-                self._lines = self._lines[1:] if first else []
+                # a first step that loses: try the other side; a later one: past the peak
+                self._lines = self._lines[1:] if line.behind is self.incumbent_result else []
             if self._lines:
                 card.values.append(self._lines[0].head)
                 self._queue.append({**self.incumbent, card.variable: self._lines[0].head})
