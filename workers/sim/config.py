@@ -163,6 +163,17 @@ def default_scheduler_limits(gpu: GPUSpec) -> tuple[int, int]:
     return 2048, 256
 
 
+def check_tensor_parallel(model: ModelSpec, tensor_parallel_size: int) -> None:
+    """vLLM's check (ModelConfig.verify_with_parallel_config), in its own words."""
+    if tensor_parallel_size < 1:
+        raise EngineConfigError(f"tensor_parallel_size must be >= 1, got {tensor_parallel_size}.")
+    if model.num_attention_heads % tensor_parallel_size:
+        raise EngineConfigError(
+            f"Total number of attention heads ({model.num_attention_heads}) must be "
+            f"divisible by tensor parallel size ({tensor_parallel_size})."
+        )
+
+
 def build_config(
     model: str,
     *,
@@ -198,13 +209,7 @@ def build_config(
         raise EngineConfigError(
             f"Unknown quantization method: {quantization}. Must be one of {list(QUANTIZATIONS)}."
         )
-    if tensor_parallel_size < 1:
-        raise EngineConfigError(f"tensor_parallel_size must be >= 1, got {tensor_parallel_size}.")
-    if model_spec.num_attention_heads % tensor_parallel_size:
-        raise EngineConfigError(
-            f"Total number of attention heads ({model_spec.num_attention_heads}) must be "
-            f"divisible by tensor parallel size ({tensor_parallel_size})."
-        )
+    check_tensor_parallel(model_spec, tensor_parallel_size)
     if gpu_memory_utilization > 1.0:
         raise EngineConfigError(
             f"GPU memory utilization must be less than 1.0. Got {gpu_memory_utilization}."

@@ -18,6 +18,7 @@ import sys
 from typing import Any
 
 from workers.sim.catalog import UnknownCatalogEntry, get_gpu, get_model
+from workers.sim.config import EngineConfigError, check_tensor_parallel
 from workers.sim.cost_model import (
     COST_MODELS,
     KV_BYTES,
@@ -101,14 +102,10 @@ def _build(args: argparse.Namespace) -> tuple[HardwareSetup, StepShape, list[str
         raise BadInput("--context-len must be >= 1 when --decode-seqs is set")
     model, gpu = get_model(args.model), get_gpu(args.sim_gpu)
     tp = args.tensor_parallel_size
-    if tp < 1:
-        raise BadInput(f"--tensor-parallel-size must be >= 1, got {tp}")
-    if model.num_attention_heads % tp:
-        # vLLM's own words (ModelConfig.verify_with_parallel_config).
-        raise BadInput(
-            f"Total number of attention heads ({model.num_attention_heads}) must be divisible "
-            f"by tensor parallel size ({tp})."
-        )
+    try:
+        check_tensor_parallel(model, tp)  # the same check, and words, as the engine's
+    except EngineConfigError as exc:
+        raise BadInput(str(exc)) from None
     if args.quantization is not None and args.quantization not in QUANTIZATIONS:
         raise BadInput(
             f"unknown quantization {args.quantization!r}; valid: {', '.join(QUANTIZATIONS)}"
