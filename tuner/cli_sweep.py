@@ -156,6 +156,9 @@ def _finish(store: Any, sweep: SweepRecord, console: Console,
         console.print("winner of this sweep:")
         console.print(f"  {vllm_command(sweep.model, trial.config)}", soft_wrap=True,
                       highlight=False)
+    elif sweep.progress.get("unconfirmed"):
+        console.print(f"[yellow]no winner: {sweep.progress['unconfirmed']}; rerun the sweep "
+                      "on a quieter machine, or with more confirmation repeats[/]")
     else:
         console.print("[yellow]no configuration met the SLO at this workload's rate; "
                       "try capacity mode (--mode capacity) or more replicas[/]")

@@ -203,6 +203,7 @@ class SweepRunner:
         self._durations: list[float] = []
         self._deferred: tuple[Proposal, TrialSpec] | None = None
         self.confirmation: list[dict[str, Any]] = []
+        self.unconfirmed: str | None = None
         # Finished trials whose recording waits for the database (it may be restarting):
         # each item is a queue of steps, run in order, each retried until it succeeds.
         self._outbox: deque[deque[Callable[[], object]]] = deque()
@@ -462,13 +463,20 @@ class SweepRunner:
         # over the GPUs. Each repeat varies the simulator's seed (noise, if any).
         runs: dict[tuple[int, int], TrialResult] = {}
         pending: dict[Hashable, tuple[int, int, int]] = {}
+        attempts: dict[tuple[int, int], int] = {}
+
+        def submit(i: int, r: int) -> None:
+            row = top[i][0]
+            attempt = attempts[(i, r)] = attempts.get((i, r), 0) + 1
+            spec = self._spec(row.params, f"s{self.sweep.id}-t{row.number}-confirm{r}-a{attempt}")
+            if spec.engine == "sim":
+                spec = spec.model_copy(update={"sim": spec.sim.model_copy(
+                    update={"seed": spec.sim.seed + 1000 * (r + 1)})})
+            pending[self.executor.submit(spec)] = (i, r, spec.tensor_parallel_size)
+
         for r in range(limits.confirm_repeats):
-            for i, (row, _) in enumerate(top):
-                spec = self._spec(row.params, f"s{self.sweep.id}-t{row.number}-confirm{r}")
-                if spec.engine == "sim":
-                    spec = spec.model_copy(update={"sim": spec.sim.model_copy(
-                        update={"seed": spec.sim.seed + 1000 * (r + 1)})})
-                pending[self.executor.submit(spec)] = (i, r, spec.tensor_parallel_size)
+            for i in range(len(top)):
+                submit(i, r)
         while pending:
             if not self._beat():
                 for handle in pending:
@@ -476,8 +484,14 @@ class SweepRunner:
                 return
             for handle, result in self.executor.wait(list(pending), timeout_s=HEARTBEAT_S):
                 i, r, gpus = pending.pop(handle)
-                runs[(i, r)] = result
                 self.gpu_hours += gpu_hours(result, gpus)
+                if (distorted(result) or result.failure == "worker_lost") and \
+                        attempts[(i, r)] < MAX_ATTEMPTS:
+                    # As in the search: an overloaded client or a lost worker says nothing
+                    # about the configuration; run that repeat again.
+                    submit(i, r)
+                    continue
+                runs[(i, r)] = result
         params_index = {params_key(row.params): i for i, (row, _) in enumerate(top)}
         outcome = confirm([row.params for row, _ in top],
                           lambda params, r: runs[(params_index[params_key(params)], r)],
@@ -485,8 +499,15 @@ class SweepRunner:
         if outcome.winner is None:
             return
         winner = top[params_index[params_key(outcome.winner.params)]][0]
-        self.store.mark_confirmed(winner.id)
-        self.best = (outcome.winner.mean, winner.id)
+        if outcome.winner.lcb > 0:
+            # Confirmed only when the repeats hold the SLO: a lucky search run is not.
+            self.store.mark_confirmed(winner.id)
+            self.best = (outcome.winner.mean, winner.id)
+        else:
+            self.best = None
+            self.unconfirmed = ("the best configurations did not hold the SLO when re-run "
+                                f"({limits.confirm_repeats} repeats each): their search "
+                                "results were not reproducible")
         def summary(result: TrialResult) -> dict[str, Any]:
             return {"objective": result.objective, "status": result.status,
                     "failure": result.failure, "gate_passed": result.gate_passed,
@@ -576,6 +597,8 @@ class SweepRunner:
             out["stop_reason"] = stop_reason
         if self.confirmation:
             out["confirmation"] = self.confirmation
+        if self.unconfirmed:
+            out["unconfirmed"] = self.unconfirmed
         return out
 
     def _progress(self, *, phase: str, stop_reason: str | None = None) -> None:

@@ -26,8 +26,9 @@ class RecordingExecutor(TrialExecutor):
     """A virtual executor that remembers what it ran and can lose chosen workers."""
 
     def __init__(self, gpus: int = 2, lose: set[str] | None = None,
-                 overload: set[str] | None = None) -> None:
+                 overload: set[str] | None = None, fail_repeats: bool = False) -> None:
         self.inner = VirtualExecutor(gpus)
+        self.fail_repeats = fail_repeats
         self.submitted: list[TrialSpec] = []
         self.lose = lose or set()
         self.overload = overload or set()
@@ -50,6 +51,9 @@ class RecordingExecutor(TrialExecutor):
         for handle, result in self.inner.wait(handles, timeout_s):
             with self._lock:
                 self.in_flight.pop(handle, None)
+            if self.fail_repeats and "confirm" in result.trial_id:
+                # The search's best runs were lucky: their repeats break the SLO.
+                result = result.model_copy(update={"objective": 0.0, "gate_passed": False})
             if result.trial_id in self.overload:
                 # What a run on an overloaded machine looks like: the client fell behind
                 # its schedule and the latencies it saw broke the gate.
@@ -275,3 +279,13 @@ def test_a_run_distorted_by_an_overloaded_client_is_discarded_and_retried(
     assert rows[0].result and "client-bound" in rows[0].result["failure_message"]
     assert "p99 send lag 180.0 ms" in rows[0].result["failure_message"]
     assert rows[1].objective and rows[1].objective > 0
+
+
+def test_a_winner_whose_repeats_break_the_slo_is_not_confirmed(store: Store,
+                                                              migrated_url: str) -> None:
+    final = run(store, migrated_url, lab(max_trials=4), RecordingExecutor(fail_repeats=True))
+    assert final.status == "done"
+    assert not [t for t in store.list_trials(final.id).data if t.confirmed]
+    assert final.progress["best_objective"] is None
+    assert "did not hold the SLO when re-run" in final.progress["unconfirmed"]
+    assert all(c["runs"] == [0.0, 0.0] for c in final.progress["confirmation"])
