@@ -188,7 +188,7 @@ def run(
     space: Annotated[str, typer.Option(help="Search space: shipped name or YAML file.")] = "lab",
     strategy: Annotated[str, typer.Option(help="grid, random, tpe, guided, guided+tpe.")] =
         DEFAULT_STRATEGY,
-    trials: Annotated[int, typer.Option(help="Trial budget.", min=1)] = 12,
+    trials: Annotated[int, typer.Option(help="Trial budget.", min=1)] = 10,
     parallel: Annotated[int | None, typer.Option(help="At most this many trials at once "
                                                  "(default: one per free GPU group).")] = None,
     workload: Annotated[str | None, typer.Option(help="Override the space's workload.")] = None,
