@@ -38,27 +38,61 @@ print(json.dumps({f"gpu_type:{n}": float(sys.argv[2]) for n in names}))
 PY
 }
 
+require() {
+    # require VAR…: refuse to start without the secrets this role needs (never printed).
+    for name in "$@"; do
+        eval "value=\${$name:-}"
+        if [ -z "$value" ]; then
+            echo "$role: refusing to start: $name is not set (see the README's Deployment" \
+                 "section; e.g. openssl rand -hex 32)" >&2
+            exit 2
+        fi
+    done
+}
+
+require_ray_token() {
+    if [ "${RAY_AUTH_MODE:-token}" = "token" ]; then
+        require RAY_AUTH_TOKEN
+    fi
+}
+
+require_database_password() {
+    case "${DATABASE_URL:-}" in
+    postgresql://*:@*|postgres://*:@*)
+        echo "$role: refusing to start: the database password is empty (set" \
+             "POSTGRES_PASSWORD)" >&2
+        exit 2
+        ;;
+    esac
+}
+
 role="${1:-api}"
 case "$role" in
 api)
     shift || true
+    require SLOTUNE_API_TOKEN
+    require_database_password
     migrate
     exec slotune api --host 0.0.0.0 --port "${SLOTUNE_API_PORT:-8080}" "$@"
     ;;
 coordinator)
     shift || true
+    require_ray_token
+    require_database_password
     migrate
     ray start --address "$RAY_ADDRESS" --num-cpus 0 --num-gpus 0 --disable-usage-stats
     exec slotune coordinator --executor ray "$@"
     ;;
 ray-head)
     shift || true
+    require_ray_token
     exec ray start --head --port "$RAY_PORT" --num-cpus "${RAY_HEAD_NUM_CPUS:-0}" \
         --num-gpus 0 --dashboard-host 0.0.0.0 --dashboard-port 8265 \
         --disable-usage-stats --block "$@"
     ;;
 ray-worker)
     shift || true
+    require_ray_token
     gpus="${RAY_NUM_GPUS:-}"
     if [ -z "$gpus" ]; then
         gpus="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)"
