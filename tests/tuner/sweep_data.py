@@ -38,8 +38,11 @@ class SweepData:
 def populate_finished_sweep(store: Store) -> SweepData:
     space = load_space("lab")
     base = space.resolve_workload()
+    # Pinned here (not read from the shipped space, whose demo defaults may change): the
+    # assertions below were worked out for this exact sweep.
     workload = base.model_copy(update={
         "name": WORKLOAD, "description": "seed lab traffic just past the knee",
+        "num_prompts": 200,
         "arrivals": base.arrivals.model_copy(update={"request_rate": RATE})})
     slo = space.resolve_slo()
     sweep = store.create_sweep(

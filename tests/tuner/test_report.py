@@ -110,9 +110,9 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Store, 
 
 def _winner_flags(data: SweepData) -> list[str]:
     p = data.winner_params
-    return [f"--max-num-seqs {p['max_num_seqs']}",
-            f"--max-num-batched-tokens {p['max_num_batched_tokens']}",
-            "--enable-prefix-caching", "--max-model-len 4096"]
+    return [f"--max-num-seqs={p['max_num_seqs']}",
+            f"--max-num-batched-tokens={p['max_num_batched_tokens']}",
+            "--enable-prefix-caching", "--max-model-len=4096"]
 
 
 def test_html_report_says_what_the_morning_reader_needs(finished: tuple[Store, SweepData]) -> None:

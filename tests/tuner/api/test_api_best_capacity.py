@@ -29,7 +29,7 @@ async def test_best_prefers_confirmed_then_highest(client: httpx.AsyncClient,
     store.mark_confirmed(confirmed)
     row = (await client.get("/api/v1/workloads/lab-4rps/best")).json()["data"][0]
     assert (row["trial_id"], row["confirmed"], row["slo"]) == (confirmed, True, SLO_KEY)
-    assert row["vllm_command"] == ("vllm serve Qwen/Qwen2.5-7B-Instruct --max-num-seqs 128 "
+    assert row["vllm_command"] == ("vllm serve Qwen/Qwen2.5-7B-Instruct --max-num-seqs=128 "
                                    "--no-enable-prefix-caching")
 
     for slo in ("ttft:300,tpot:50", SLO_KEY, "tpot:50,ttft:300,p:99"):
@@ -78,7 +78,7 @@ async def test_capacity_from_a_capacity_mode_sweep(client: httpx.AsyncClient,
     assert plan["replicas"] == 4 and plan["gpus_per_replica"] == 2 and plan["gpus"] == 8
     assert plan["config"] == TP2 and plan["trial_ids"] == [chosen, repeat]
     assert plan["vllm_command"].startswith("vllm serve Qwen/Qwen2.5-7B-Instruct ")
-    assert "--tensor-parallel-size 2" in plan["vllm_command"]
+    assert "--tensor-parallel-size=2" in plan["vllm_command"]
     assert plan["planned_rps"] >= 100 and plan["confirmed"] is False
 
     for target, headroom in ((100, 0.0), (100, 0.5), (7.5, 0.2), (1000, 0.35)):
