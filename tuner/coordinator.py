@@ -96,9 +96,7 @@ class GpuShare:
 
     def acquire(self, sweep_id: int, gpus: int) -> bool:
         with self._lock:
-            used = sum(self._held.values())
-            fair = max(gpus, self.capacity // max(1, len(self._active)))
-            if used + gpus > self.capacity or self._held.get(sweep_id, 0) + gpus > fair:
+            if not self._fits(sweep_id, gpus):
                 return False
             self._held[sweep_id] = self._held.get(sweep_id, 0) + gpus
             return True
@@ -106,9 +104,13 @@ class GpuShare:
     def could_fit(self, sweep_id: int, gpus: int) -> bool:
         """Whether an acquire of ``gpus`` would succeed now (without taking them)."""
         with self._lock:
-            used = sum(self._held.values())
-            fair = max(gpus, self.capacity // max(1, len(self._active)))
-            return used + gpus <= self.capacity and self._held.get(sweep_id, 0) + gpus <= fair
+            return self._fits(sweep_id, gpus)
+
+    def _fits(self, sweep_id: int, gpus: int) -> bool:
+        """Free GPUs for it, within the sweep's fair share (caller holds the lock)."""
+        used = sum(self._held.values())
+        fair = max(gpus, self.capacity // max(1, len(self._active)))
+        return used + gpus <= self.capacity and self._held.get(sweep_id, 0) + gpus <= fair
 
     def release(self, sweep_id: int, gpus: int) -> None:
         with self._lock:
