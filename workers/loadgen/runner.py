@@ -221,11 +221,17 @@ async def run_benchmark(
         if scrape_metrics:
             await scraper.start()
             t0 = time.perf_counter()  # the baseline scrape is not part of the run
-        records, abort, end = await _measure(
-            client, specs, offsets, model=model, endpoint=endpoint, t0=t0, k=k,
-            concurrency=concurrency, deadline_s=deadline_wall,
-            monitor=_AbortMonitor(slo if early_abort else None, n), progress=progress,
-        )
+        try:
+            records, abort, end = await _measure(
+                client, specs, offsets, model=model, endpoint=endpoint, t0=t0, k=k,
+                concurrency=concurrency, deadline_s=deadline_wall,
+                monitor=_AbortMonitor(slo if early_abort else None, n), progress=progress,
+            )
+        except BaseException:
+            # Cancelled (the trial's engine died) or failed: the scraper must not outlive
+            # the client it scrapes with.
+            await scraper.cancel()
+            raise
         if scrape_metrics:
             await scraper.stop()
     scaled = [r.scaled(k) for r in records]

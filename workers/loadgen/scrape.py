@@ -179,11 +179,17 @@ class MetricsScraper:
         self._task = asyncio.create_task(self._loop())
 
     async def stop(self) -> None:
+        """End the periodic scraping and take the final snapshot of the run."""
+        await self.cancel()
+        await self.scrape_once()
+
+    async def cancel(self) -> None:
+        """End the periodic scraping, no final snapshot (the run is being abandoned)."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        await self.scrape_once()
+            self._task = None
 
     def summary(self, time_scale: float = 1.0) -> ScrapeSummary:
         return summarise(self.snapshots, time_scale=time_scale, error=self.error)
