@@ -44,11 +44,18 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, ClassVar
+from typing import IO, ClassVar
 
 import httpx
 
 from workers.contracts import EngineFacts, FailureClass, KnobValue, TrialSpec
+from workers.engines._log_patterns import _FACT_PATTERNS as _FACT_PATTERNS
+from workers.engines._log_patterns import _INVALID_PATTERNS as _INVALID_PATTERNS
+from workers.engines._log_patterns import _OOM_PATTERNS as _OOM_PATTERNS
+from workers.engines._log_patterns import _PHASE_PATTERNS as _PHASE_PATTERNS
+from workers.engines._log_patterns import classify_failure as classify_failure
+from workers.engines._log_patterns import error_sentence
+from workers.engines._log_patterns import parse_startup_log as parse_startup_log
 
 LOG_TAIL_LINES = 40
 SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|APIKEY|CREDENTIAL)", re.IGNORECASE)
@@ -153,69 +160,6 @@ class InvalidEngineArgs(EngineFailure):
 
     def __init__(self, message: str) -> None:
         super().__init__("invalid_config", message)
-
-
-# Log lines that say why an engine died, most specific first.
-_OOM_PATTERNS = (
-    "CUDA out of memory", "OutOfMemoryError", "No available memory for the cache blocks",
-    "KV cache is needed, which is larger than the available KV cache memory",
-    "Free memory on device",
-)
-_INVALID_PATTERNS = (
-    "must be greater than or equal to max_num_seqs", "is smaller than max_model_len",
-    "is greater than the derived max_model_len", "must be divisible by tensor parallel size",
-    "error: argument", "unrecognized arguments", "invalid choice", "ValueError",
-    "Unknown quantization method", "GPU memory utilization must be",
-)
-
-
-def classify_failure(log_text: str, *, during: str) -> FailureClass:
-    """What kind of failure a dead engine's log shows (``during``: startup or measure)."""
-    if any(p in log_text for p in _OOM_PATTERNS):
-        return "oom"
-    if during == "startup" and any(p in log_text for p in _INVALID_PATTERNS):
-        return "invalid_config"
-    return "crashed"
-
-
-_FACT_PATTERNS: dict[str, re.Pattern[str]] = {
-    "kv_cache_tokens": re.compile(r"GPU KV cache size: ([\d,]+) tokens"),
-    "max_concurrency": re.compile(
-        r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x"),
-    "engine_version": re.compile(r"vLLM API server (?:\(.*?\) )?version ([\w.+-]+)"),
-    "cuda_visible_devices": re.compile(r"CUDA_VISIBLE_DEVICES=([\w,-]*)"),
-}
-_PHASE_PATTERNS: dict[str, re.Pattern[str]] = {
-    "load_weights": re.compile(r"Loading weights took ([\d.]+) seconds"),
-    "model_loading": re.compile(r"Model loading took [\d.]+ GiB and ([\d.]+) seconds"),
-    "torch_compile": re.compile(r"torch\.compile takes ([\d.]+) s in total"),
-    "graph_capture": re.compile(r"Graph capturing finished in ([\d.]+) secs"),
-    "init_engine": re.compile(r"init engine \(profile, create kv cache, warmup model\) took "
-                              r"([\d.]+) seconds"),
-}
-
-
-def parse_startup_log(text: str) -> dict[str, Any]:
-    """Facts the engine printed while starting (vLLM's own lines)."""
-    facts: dict[str, Any] = {}
-    for key, pattern in _FACT_PATTERNS.items():
-        match = pattern.search(text)
-        if match is None:
-            continue
-        raw = match.group(1)
-        if key == "kv_cache_tokens":
-            facts[key] = int(raw.replace(",", ""))
-        elif key == "max_concurrency":
-            facts[key] = float(raw)
-        else:
-            facts[key] = raw
-    phases = {}
-    for phase, pattern in _PHASE_PATTERNS.items():
-        match = pattern.search(text)
-        if match is not None:
-            phases[phase] = float(match.group(1))
-    facts["startup_phases_s"] = phases
-    return facts
 
 
 def redact_argv(argv: Sequence[str]) -> list[str]:
@@ -324,6 +268,10 @@ class EngineAdapter(abc.ABC):
     def command(self, port: int) -> list[str]:
         """The argv that serves ``spec`` on ``port`` (validated flags, no shell)."""
 
+    def binary_hint(self) -> str:
+        """What to set when the engine's executable cannot be run."""
+        return "check the engine's installation"
+
     def check_args(self) -> None:
         unknown = sorted(set(self.spec.engine_flags) - self.known_args
                          - set(self.spec.allowed_extra_args))
@@ -338,9 +286,15 @@ class EngineAdapter(abc.ABC):
         self.check_args()
         return self.command(port)
 
+    env_prefixes: ClassVar[tuple[str, ...]] = ()
+    """Families of variables the engine reads (``VLLM_``…), handed through as they are."""
+
     def environment(self) -> dict[str, str]:
         """Base variables, the allow-listed passthrough, and the GPUs Ray assigned."""
         env = {k: os.environ[k] for k in BASE_ENV if k in os.environ}
+        for name, value in os.environ.items():
+            if name.startswith(self.env_prefixes) and self.env_prefixes:
+                env[name] = value
         for name in self.spec.env_passthrough:
             if name in os.environ:
                 env[name] = os.environ[name]
@@ -366,10 +320,16 @@ class EngineAdapter(abc.ABC):
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.argv_redacted = redact_argv(argv)
         self._secrets = _argv_secrets(argv)
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, env=self._env,
-                                     cwd=self.workdir, start_new_session=True,
-                                     preexec_fn=_die_with_parent)
+        try:
+            self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, env=self._env,
+                                         cwd=self.workdir, start_new_session=True,
+                                         preexec_fn=_die_with_parent)
+        except OSError as exc:  # no such executable, not executable, …
+            self.state = EngineState.FAILED
+            raise EngineFailure(
+                "crashed", f"cannot run the {self.kind} engine {argv[0]!r}: "
+                f"{exc.strerror or exc}; {self.binary_hint()}") from exc
         assert self.proc.stdout is not None
         self._pump = LogPump(self.proc.stdout, self.log_path, log_budget_bytes())
         self._pump.start()
@@ -473,16 +433,9 @@ class EngineAdapter(abc.ABC):
 
     @staticmethod
     def last_error_line(text: str) -> str:
-        """The line that best says why: a known cause first, else the last error line."""
-        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-        for pattern in (*_OOM_PATTERNS, *_INVALID_PATTERNS):
-            for line in reversed(lines):
-                if pattern in line:
-                    return line
-        for line in reversed(lines):
-            if "Error" in line or "error" in line:
-                return line
-        return lines[-1] if lines else "(no output)"
+        """The line that best says why, as the engine worded it: a known cause first
+        (``_OOM_PATTERNS``, ``_INVALID_PATTERNS``), else the last error line."""
+        return error_sentence(text)
 
     def facts(self) -> EngineFacts:
         parsed = parse_startup_log(self.log_text())

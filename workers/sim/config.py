@@ -17,6 +17,8 @@ from typing import Any
 from workers.sim.catalog import GiB, GPUSpec, ModelSpec, get_gpu, get_model
 from workers.sim.cost_model import KV_BYTES, WEIGHT_BYTES, HardwareSetup
 
+SIM_ENGINE_VERSION = "0.0.0+sim"
+"""The version the simulator reports where vLLM prints its own."""
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
 DEFAULT_BLOCK_SIZE = 16
 VALID_BLOCK_SIZES = (1, 8, 16, 32, 64, 128)
@@ -36,13 +38,63 @@ RUNTIME_UNPROFILED_BYTES = int(0.5 * GiB)
 RUNTIME_ACTIVATION_SHARE = 0.4
 
 
+PYDANTIC_ERRORS_URL = "https://errors.pydantic.dev/2.14/v"
+CONSERVING_MEMORY_URL = "https://docs.vllm.ai/en/latest/configuration/conserving_memory/"
+
+
 class EngineConfigError(ValueError):
-    """A configuration vLLM would refuse at start-up; the message is vLLM's own sentence."""
+    """A configuration vLLM would refuse at start-up; the message is vLLM's own sentence.
+
+    ``config_class`` names the vLLM configuration class that refuses it (they are pydantic
+    dataclasses, so vLLM reports a ``ValidationError`` for it); ``field`` and
+    ``error_type`` describe a field bound (``gpu_memory_utilization`` ≤ 1). Without a
+    class, vLLM raises a plain ``ValueError`` (memory sizing in the engine core).
+    """
+
+    def __init__(self, message: str, *, config_class: str | None = None,
+                 field: str | None = None, error_type: str = "value_error",
+                 input_value: object = None) -> None:
+        super().__init__(f"{field}: {message}" if field else message)
+        self.sentence = message
+        self.config_class = config_class
+        self.field = field
+        self.error_type = error_type
+        self.input_value = input_value
+
+    def log_lines(self) -> list[str]:
+        """What vLLM prints as it dies of this (the last lines of its traceback)."""
+        if self.config_class is None:
+            return [f"ValueError: {self}"]
+        head = ("pydantic_core._pydantic_core.ValidationError: 1 validation error for "
+                f"{self.config_class}")
+        if self.field is None:
+            return [head,
+                    f"  Value error, {self.sentence} [type=value_error, "
+                    "input_value=ArgsKwargs(...), "
+                    "input_type=ArgsKwargs]",
+                    f"    For further information visit {PYDANTIC_ERRORS_URL}/value_error"]
+        value = self.input_value
+        return [head, self.field,
+                f"  {self.sentence} [type={self.error_type}, input_value={value!r}, "
+                f"input_type={type(value).__name__}]",
+                f"    For further information visit {PYDANTIC_ERRORS_URL}/{self.error_type}"]
+
+
+SPECULATIVE_METHODS = ("ngram", "eagle", "eagle3", "draft_model", "mtp")
+# Methods whose proposer is a separate checkpoint: vLLM needs its "model" (mtp uses the
+# target model's own MTP layers; ngram needs none).
+METHODS_NEEDING_A_MODEL = ("eagle", "eagle3", "draft_model")
 
 
 @dataclass(frozen=True, slots=True)
 class SpeculativeConfig:
-    """``--speculative-config``: n-gram or draft-model speculation, k tokens per step."""
+    """``--speculative-config``: n-gram or draft-model speculation, k tokens per step.
+
+    Validated as vLLM's ``SpeculativeConfig.__post_init__`` does: without ``method`` it
+    is ``ngram`` when ``model`` is ``"ngram"`` and ``draft_model`` otherwise; EAGLE,
+    EAGLE-3 and draft-model speculation without ``model`` are refused with vLLM's
+    sentence.
+    """
 
     method: str
     num_speculative_tokens: int
@@ -62,15 +114,34 @@ class SpeculativeConfig:
             ) from exc
         if not isinstance(data, dict):
             raise EngineConfigError("--speculative-config must be a JSON object")
-        method = str(data.get("method", "ngram"))
-        if method not in ("ngram", "eagle", "eagle3", "draft_model", "mtp"):
+        model = data.get("model")
+        method = data.get("method")
+        if method is None:
+            method = "ngram" if model in ("ngram", "[ngram]") else "draft_model"
+        method = "ngram" if method == "[ngram]" else str(method)
+        if method not in SPECULATIVE_METHODS:
             raise EngineConfigError(
                 f"Unsupported speculative method {method!r}; the simulator models "
-                "ngram, eagle, eagle3, draft_model and mtp."
+                f"{', '.join(SPECULATIVE_METHODS)}.", config_class="SpeculativeConfig"
             )
         k = data.get("num_speculative_tokens")
-        if not isinstance(k, int) or k < 1:
-            raise EngineConfigError("num_speculative_tokens must be a positive integer.")
+        if model is None and k is not None and method in METHODS_NEEDING_A_MODEL:
+            raise EngineConfigError(
+                "num_speculative_tokens was provided but without speculative model.",
+                config_class="SpeculativeConfig")
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            raise EngineConfigError("num_speculative_tokens must be a positive integer.",
+                                    config_class="SpeculativeConfig")
+        if method == "ngram":
+            # vLLM's defaults: both 5, or one taken from the other.
+            lookup_max_given = data.get("prompt_lookup_max")
+            lookup_min = data.get("prompt_lookup_min") or lookup_max_given or 5
+            lookup_max = lookup_max_given or lookup_min
+            if (isinstance(lookup_min, int) and isinstance(lookup_max, int)
+                    and lookup_min > lookup_max):
+                raise EngineConfigError(
+                    f"prompt_lookup_min={lookup_min} must be <= prompt_lookup_max={lookup_max}",
+                    config_class="SpeculativeConfig")
         draft_cost = 0.0 if method == "ngram" else 0.08 * k
         return cls(method, k, acceptance_rate, draft_cost)
 
@@ -170,7 +241,8 @@ def check_tensor_parallel(model: ModelSpec, tensor_parallel_size: int) -> None:
     if model.num_attention_heads % tensor_parallel_size:
         raise EngineConfigError(
             f"Total number of attention heads ({model.num_attention_heads}) must be "
-            f"divisible by tensor parallel size ({tensor_parallel_size})."
+            f"divisible by tensor parallel size ({tensor_parallel_size}).",
+            config_class="VllmConfig",
         )
 
 
@@ -210,13 +282,18 @@ def build_config(
             f"Unknown quantization method: {quantization}. Must be one of {list(QUANTIZATIONS)}."
         )
     check_tensor_parallel(model_spec, tensor_parallel_size)
+    # CacheConfig's field bound (0, 1]; pydantic words it.
     if gpu_memory_utilization > 1.0:
         raise EngineConfigError(
-            f"GPU memory utilization must be less than 1.0. Got {gpu_memory_utilization}."
+            "Input should be less than or equal to 1", config_class="CacheConfig",
+            field="gpu_memory_utilization", error_type="less_than_equal",
+            input_value=gpu_memory_utilization,
         )
     if gpu_memory_utilization <= 0.0:
         raise EngineConfigError(
-            f"GPU memory utilization must be greater than 0. Got {gpu_memory_utilization}."
+            "Input should be greater than 0", config_class="CacheConfig",
+            field="gpu_memory_utilization", error_type="greater_than",
+            input_value=gpu_memory_utilization,
         )
     if block_size not in VALID_BLOCK_SIZES:
         raise EngineConfigError(
@@ -228,9 +305,15 @@ def build_config(
     elif max_model_len > derived_len:
         raise EngineConfigError(
             f"User-specified max_model_len ({max_model_len}) is greater than the derived "
-            f"max_model_len (max_position_embeddings={derived_len} or model_max_length=None "
-            "in model's config.json). To allow overriding this maximum, set the env var "
-            "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1."
+            f"max_model_len (max_position_embeddings={float(derived_len)} or "
+            "model_max_length=None in model's config.json). To allow overriding this "
+            "maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1. "
+            "VLLM_ALLOW_LONG_MAX_MODEL_LEN must be used with extreme caution. If the model "
+            "uses relative position encoding (RoPE), positions exceeding "
+            "derived_max_model_len lead to nan. If the model uses absolute position "
+            "encoding, positions exceeding derived_max_model_len will cause a CUDA array "
+            "out-of-bounds error.",
+            config_class="ModelConfig",
         )
     elif max_model_len < 1:
         raise EngineConfigError(f"max_model_len must be positive, got {max_model_len}.")
@@ -244,17 +327,20 @@ def build_config(
             max_num_batched_tokens = max(max_model_len, default_tokens)
     if max_num_seqs < 1:
         raise EngineConfigError(f"max_num_seqs must be positive, got {max_num_seqs}.")
-    if max_num_batched_tokens < max_num_seqs:
-        raise EngineConfigError(
-            f"max_num_batched_tokens ({max_num_batched_tokens}) must be greater than or "
-            f"equal to max_num_seqs ({max_num_seqs})."
-        )
+    # SchedulerConfig.verify_max_model_len, in its order.
     if not enable_chunked_prefill and max_num_batched_tokens < max_model_len:
         raise EngineConfigError(
             f"max_num_batched_tokens ({max_num_batched_tokens}) is smaller than max_model_len "
             f"({max_model_len}). This effectively limits the maximum sequence length to "
             "max_num_batched_tokens and makes vLLM reject longer sequences. Please increase "
-            "max_num_batched_tokens or decrease max_model_len."
+            "max_num_batched_tokens or decrease max_model_len.",
+            config_class="SchedulerConfig",
+        )
+    if max_num_batched_tokens < max_num_seqs:
+        raise EngineConfigError(
+            f"max_num_batched_tokens ({max_num_batched_tokens}) must be greater than or "
+            f"equal to max_num_seqs ({max_num_seqs}).",
+            config_class="SchedulerConfig",
         )
     if not 0.0 <= sim_acceptance_rate <= 1.0:
         raise EngineConfigError(
@@ -338,20 +424,25 @@ def plan_memory(config: EngineConfig) -> MemoryPlan:
     if kv_cache <= 0:
         raise EngineConfigError(
             "No available memory for the cache blocks. Try increasing "
-            "`gpu_memory_utilization` when initializing the engine."
+            "`gpu_memory_utilization` when initializing the engine (this flag also controls "
+            "CPU memory reservation on the CPU backend, despite its name). "
+            f"See {CONSERVING_MEMORY_URL} for more details."
         )
     num_blocks = kv_cache // block_bytes
     needed_blocks = math.ceil(config.max_model_len / config.block_size)
     if needed_blocks > num_blocks:
         needed = needed_blocks * block_bytes
         estimated_max_len = num_blocks * config.block_size
+        estimate = ("" if estimated_max_len <= 0 else "Based on the available memory, the "
+                    f"estimated maximum model length is {estimated_max_len}. ")
         raise EngineConfigError(
-            f"To serve at least one request with the models's max seq len "
-            f"({config.max_model_len}), ({needed / GiB:.2f} GiB KV cache is needed, which is "
-            f"larger than the available KV cache memory ({kv_cache / GiB:.2f} GiB). Based on "
-            f"the available memory, the estimated maximum model length is {estimated_max_len}. "
-            "Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when "
-            "initializing the engine."
+            f"To serve at least one request with the model's max seq len "
+            f"({config.max_model_len}), ({round(needed / GiB, 2)} GiB KV cache is needed, "
+            "which is larger than the available KV cache memory "
+            f"({round(kv_cache / GiB, 2)} GiB). {estimate}"
+            "Try increasing `gpu_memory_utilization` (which also controls CPU memory on the "
+            "CPU backend) or decreasing `max_model_len` when initializing the engine. "
+            f"See {CONSERVING_MEMORY_URL} for more details."
         )
     return MemoryPlan(
         total=total, requested=requested, weights=weights, non_torch=non_torch,
@@ -376,25 +467,55 @@ def runtime_oom_tokens(config: EngineConfig) -> int | None:
 
 
 def startup_log_lines(config: EngineConfig, plan: MemoryPlan) -> list[str]:
-    """The start-up lines vLLM logs, with this configuration's figures."""
+    """The start-up lines vLLM 0.32 logs on a GPU, with this configuration's figures.
+
+    The words are vLLM's (``tests/fixtures/vllm/startup_healthy.log`` holds a real
+    log); ``workers.engines.parse_startup_log`` reads the same facts from both.
+    """
     max_concurrency = plan.kv_tokens / config.max_model_len
+    load = load_seconds(config, plan)
+    spec = config.speculative
+    speculative = "None" if spec is None else (
+        f"SpeculativeConfig(method={spec.method}, "
+        f"num_spec_tokens={spec.num_speculative_tokens})")
+    init_engine = PROFILE_SECONDS + (0.0 if config.enforce_eager
+                                     else graph_capture_seconds(config))
     return [
         f"Resolved architecture for {config.model.name} on {config.gpu.device_name} "
         f"(simulated), tensor_parallel_size={config.tensor_parallel_size}",
-        f"Chunked prefill is {'enabled' if config.enable_chunked_prefill else 'disabled'} "
-        f"with max_num_batched_tokens={config.max_num_batched_tokens}.",
-        f"Loading weights took {load_seconds(config, plan):.2f} seconds",
-        f"Model loading took {plan.weights / GiB:.4f} GiB and {load_seconds(config, plan):.6f} "
-        "seconds",
-        f"Available KV cache memory: {plan.kv_cache / GiB:.2f} GiB",
-        f"GPU KV cache size: {plan.kv_tokens:,} tokens",
-        f"Maximum concurrency for {config.max_model_len:,} tokens per request: "
-        f"{max_concurrency:.2f}x",
+        f"Using max model len {config.max_model_len}",
+        *([f"Chunked prefill is enabled with max_num_batched_tokens="
+           f"{config.max_num_batched_tokens}."] if config.enable_chunked_prefill else []),
+        f"Initializing a V1 LLM engine (v{SIM_ENGINE_VERSION}) with config: "
+        f"model='{config.model.name}', speculative_config={speculative}, "
+        f"tokenizer='{config.model.name}', dtype=torch.bfloat16, "
+        f"max_seq_len={config.max_model_len}, load_format={config.load_format}, "
+        f"tensor_parallel_size={config.tensor_parallel_size}, pipeline_parallel_size=1, "
+        f"quantization={config.quantization}, enforce_eager={config.enforce_eager}, "
+        f"kv_cache_dtype={config.kv_cache_dtype}, device_config=cuda, seed={config.seed}, "
+        f"served_model_name={config.served_model_name}, "
+        f"enable_prefix_caching={config.enable_prefix_caching}, "
+        f"enable_chunked_prefill={config.enable_chunked_prefill}",
+        f"Starting to load model {config.model.name}...",
+        f"Initializing model took {INIT_MODEL_SECONDS:.6f} seconds",
+        # vLLM's dummy loader fills the weights in place and reports no load time.
+        *([] if config.load_format == "dummy" else [f"Loading weights took {load:.2f} seconds"]),
+        f"Model loading took {round(plan.weights / GiB, 2)} GiB memory and {load:.6f} seconds",
+        f"Available KV cache memory: {round(plan.kv_cache / GiB, 2)} GiB",
+        f"GPU KV cache size: {plan.kv_tokens:,} tokens, Maximum concurrency for "
+        f"{config.max_model_len:,} tokens per request: {max_concurrency:.2f}x",
         *([] if config.enforce_eager else [
             f"Graph capturing finished in {graph_capture_seconds(config):.0f} secs, took "
             f"{plan.cuda_graphs / GiB:.2f} GiB"
         ]),
+        f"init engine (profile, create kv cache, warmup model) took {init_engine:.2f} s",
     ]
+
+
+# Start-up phases the simulator reports but does not vary: building the model's modules,
+# and the profile run with KV cache allocation and warm-up.
+INIT_MODEL_SECONDS = 0.15
+PROFILE_SECONDS = 1.0
 
 
 def load_seconds(config: EngineConfig, plan: MemoryPlan) -> float:

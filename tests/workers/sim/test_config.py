@@ -60,7 +60,8 @@ def test_refuses_kv_cache_smaller_than_one_max_len_sequence() -> None:
     with pytest.raises(EngineConfigError) as info:
         plan_memory(cfg)
     message = str(info.value)
-    assert message.startswith("To serve at least one request with the models's max seq len "
+    # vLLM 0.32's words (older releases wrote "models's").
+    assert message.startswith("To serve at least one request with the model's max seq len "
                               "(32768)")
     estimated = int(re.search(r"estimated maximum model length is (\d+)", message).group(1))  # type: ignore[union-attr]
     # The estimate is honest: that length does start.
@@ -85,7 +86,9 @@ def test_weights_larger_than_the_gpu_are_an_oom() -> None:
 
 
 @pytest.mark.parametrize(("kwargs", "fragment"), [
-    ({"gpu_memory_utilization": 1.2}, "GPU memory utilization must be less than 1.0"),
+    ({"gpu_memory_utilization": 1.2},
+     "gpu_memory_utilization: Input should be less than or equal to 1"),
+    ({"gpu_memory_utilization": 0.0}, "gpu_memory_utilization: Input should be greater than 0"),
     ({"tensor_parallel_size": 3}, "must be divisible by tensor parallel size (3)"),
     ({"max_model_len": 10**6}, "is greater than the derived max_model_len"),
     ({"block_size": 20}, "Invalid block size 20"),

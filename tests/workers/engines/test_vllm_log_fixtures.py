@@ -1,0 +1,211 @@
+"""The adapter reads real vLLM output, and the simulator speaks the same words.
+
+The fixtures in ``tests/fixtures/vllm/`` are lines a real ``vllm serve`` (0.32.0, CPU
+build) printed: one healthy start-up and refused configurations (see their README).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from workers.engines import EngineAdapter, classify_failure, parse_startup_log
+from workers.sim.config import (
+    SIM_ENGINE_VERSION,
+    EngineConfigError,
+    build_config,
+    plan_memory,
+    startup_log_lines,
+)
+
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "vllm"
+QWEN7B = "Qwen/Qwen2.5-7B-Instruct"
+NO_SPEC_MODEL = "Value error, num_speculative_tokens was provided but without speculative model."
+
+
+def fixture(name: str) -> str:
+    return (FIXTURES / name).read_text()
+
+
+# --- start-up facts ------------------------------------------------------------------------
+
+
+def test_facts_from_the_real_healthy_startup() -> None:
+    facts = parse_startup_log(fixture("startup_healthy.log"))
+    # "CPU KV cache size: 262,144 tokens, Maximum concurrency for 1,024 tokens per
+    # request: 256.00x" — one line in vLLM 0.32.
+    assert facts["kv_cache_tokens"] == 262_144
+    assert facts["max_concurrency"] == 256.0
+    # From "Initializing a V1 LLM engine (v0.32.0) with config: …".
+    assert facts["engine_version"] == "0.32.0"
+    # "Initializing model took 0.143670 seconds"; "init engine (…) took 0.62 s". Eager
+    # mode on the CPU: no compilation, no graphs, and the dummy loader reports no load.
+    assert facts["startup_phases_s"] == {"initialize_model": 0.14367, "init_engine": 0.62}
+    assert "cuda_visible_devices" not in facts
+
+
+def test_current_gpu_wordings_are_read() -> None:
+    """vLLM 0.32's GPU lines (from its source), not printed by the CPU build."""
+    log = """\
+(EngineCore pid=1) INFO 12-01 11:07:40 [core.py:133] Initializing a V1 LLM engine (v0.32.0) with config: model='Qwen/Qwen2.5-7B-Instruct', speculative_config=None
+(Worker pid=2) INFO 12-01 11:07:44 [default_loader.py:502] Loading weights took 3.21 seconds
+(Worker pid=2) INFO 12-01 11:07:45 [gpu_model_runner.py:5150] Model loading took 15.27 GiB memory and 4.012000 seconds
+(Worker pid=2) INFO 12-01 11:08:05 [monitor.py:40] torch.compile took 20.15 s in total
+(EngineCore pid=1) INFO 12-01 11:08:07 [kv_cache_utils.py:2327] GPU KV cache size: 437,392 tokens, Maximum concurrency for 32,768 tokens per request: 13.35x
+(Worker pid=2) INFO 12-01 11:08:19 [gpu_model_runner.py:6582] Graph capturing finished in 12 secs, took 0.53 GiB
+(EngineCore pid=1) INFO 12-01 11:08:20 [core.py:396] init engine (profile, create kv cache, warmup model) took 41.62 s (compilation: 20.15 s)
+"""  # noqa: E501
+    facts = parse_startup_log(log)
+    assert facts["kv_cache_tokens"] == 437_392
+    assert facts["max_concurrency"] == 13.35
+    assert facts["engine_version"] == "0.32.0"
+    assert facts["startup_phases_s"] == {
+        "load_weights": 3.21, "model_loading": 4.012, "torch_compile": 20.15,
+        "graph_capture": 12.0, "init_engine": 41.62, "compilation": 20.15}
+
+
+def test_compilation_with_an_encoder_is_its_own_phase() -> None:
+    line = ("init engine (profile, create kv cache, warmup model) took 88.00 s "
+            "(compilation: 30.50 s — language_model: 20.00 s, encoder: 10.50 s)")
+    assert parse_startup_log(line)["startup_phases_s"] == {"init_engine": 88.0,
+                                                           "compilation": 30.5}
+
+
+def test_the_banner_gives_the_version_when_the_engine_core_never_started() -> None:
+    assert parse_startup_log(fixture("refused_max_model_len.log"))["engine_version"] == "0.32.0"
+
+
+# --- refusals ------------------------------------------------------------------------------
+
+REFUSALS = {
+    "refused_batched_tokens_lt_seqs.log":
+        "Value error, max_num_batched_tokens (32) must be greater than or equal to "
+        "max_num_seqs (64).",
+    "refused_spec_eagle_no_model.log": NO_SPEC_MODEL,
+    "refused_spec_draft_model_no_model.log": NO_SPEC_MODEL,
+    "refused_gpu_memory_utilization.log":
+        "gpu_memory_utilization: Input should be less than or equal to 1 (got 1.5)",
+    "refused_max_model_len.log":
+        "Value error, User-specified max_model_len (100000) is greater than the derived "
+        "max_model_len (max_position_embeddings=2048.0 or model_max_length=None in model's "
+        "config.json). To allow overriding this maximum, set the env var "
+        "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1. VLLM_ALLOW_LONG_MAX_MODEL_LEN must be used with "
+        "extreme caution. If the model uses relative position encoding (RoPE), positions "
+        "exceeding derived_max_model_len lead to nan. If the model uses absolute position "
+        "encoding, positions exceeding derived_max_model_len will cause a CUDA array "
+        "out-of-bounds error.",
+}
+
+
+@pytest.mark.parametrize("name", sorted(REFUSALS))
+def test_real_refusals_are_invalid_configs_in_vllms_words(name: str) -> None:
+    text = fixture(name)
+    assert classify_failure(text, during="startup") == "invalid_config"
+    # Not a traceback line, not pydantic's "[type=…]" trailer or its URL: vLLM's sentence.
+    assert EngineAdapter.last_error_line(text) == REFUSALS[name]
+    # A refusal is not an out-of-memory, whenever it shows up.
+    assert classify_failure(text, during="measure") == "crashed"
+
+
+def test_a_healthy_startup_is_not_classified_as_a_refusal_or_oom() -> None:
+    # It mentions OSError and oneDNN failures in warnings; none is a cause of death.
+    assert classify_failure(fixture("startup_healthy.log"), during="startup") == "crashed"
+
+
+@pytest.mark.parametrize(("line", "sentence"), [
+    ("(EngineCore pid=9) ERROR 12-01 11:08:07 [core.py:1100] ValueError: No available "
+     "memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
+     "initializing the engine.",
+     "ValueError: No available memory for the cache blocks. Try increasing "
+     "`gpu_memory_utilization` when initializing the engine."),
+    ("ValueError: Free memory on device cuda:0 (10.0/79.1 GiB) on startup is less than "
+     "desired GPU memory utilization (0.92, 72.8 GiB). Decrease GPU memory utilization or "
+     "reduce GPU memory used by other processes.", None),
+    ("(Worker pid=3) ERROR 12-01 11:07:45 [gpu_model_runner.py:5146] Failed to load model - "
+     "not enough GPU memory. Try lowering --gpu-memory-utilization to free memory for "
+     "weights, increasing --tensor-parallel-size, or using --quantization.", None),
+])
+def test_out_of_memory_is_still_detected(line: str, sentence: str | None) -> None:
+    text = (f"INFO 12-01 11:07:40 [core.py:133] starting\n{line}\n"
+            "Traceback (most recent call last):\n")
+    assert classify_failure(text, during="startup") == "oom"
+    assert classify_failure(text, during="measure") == "oom"
+    expected = sentence or line.split("] ", 1)[-1]
+    assert EngineAdapter.last_error_line(text) == expected
+
+
+# --- the simulator speaks vLLM's words -----------------------------------------------------
+
+
+def test_simulator_startup_gives_the_same_facts_as_real_vllm() -> None:
+    real = parse_startup_log(fixture("startup_healthy.log"))
+    # The fixture's own configuration: eager, dummy weights, max_model_len 1024.
+    cfg = build_config(QWEN7B, sim_gpu="h100-sxm", enforce_eager=True, load_format="dummy",
+                       max_model_len=1024)
+    plan = plan_memory(cfg)
+    sim = parse_startup_log("\n".join(startup_log_lines(cfg, plan)))
+    assert set(sim) == set(real)
+    assert set(real["startup_phases_s"]) <= set(sim["startup_phases_s"])
+    assert sim["kv_cache_tokens"] == plan.kv_tokens
+    assert sim["max_concurrency"] == round(plan.kv_tokens / 1024, 2)
+    assert sim["engine_version"] == SIM_ENGINE_VERSION
+    # On a GPU with graphs and real weights vLLM also reports loading and capture.
+    cfg = build_config(QWEN7B, sim_gpu="h100-sxm")
+    phases = parse_startup_log("\n".join(startup_log_lines(cfg, plan_memory(cfg))))[
+        "startup_phases_s"]
+    assert {"initialize_model", "load_weights", "model_loading", "graph_capture",
+            "init_engine"} <= set(phases)
+
+
+@pytest.mark.parametrize("spec", [
+    '{"method": "eagle", "num_speculative_tokens": 3}',
+    '{"method": "eagle3", "num_speculative_tokens": 3}',
+    '{"method": "draft_model", "num_speculative_tokens": 3}',
+    # Without a method vLLM takes it for draft-model speculation.
+    '{"num_speculative_tokens": 3}',
+])
+def test_simulator_refuses_speculation_without_its_model(spec: str) -> None:
+    with pytest.raises(EngineConfigError) as info:
+        build_config(QWEN7B, speculative_config=spec)
+    assert "Value error, " + str(info.value) == NO_SPEC_MODEL
+    assert info.value.config_class == "SpeculativeConfig"
+
+
+@pytest.mark.parametrize("spec", [
+    '{"method": "eagle", "model": "yuhuili/EAGLE-LLaMA3.1-Instruct-8B", '
+    '"num_speculative_tokens": 3}',
+    '{"method": "ngram", "num_speculative_tokens": 3}',
+    '{"model": "ngram", "num_speculative_tokens": 3}',
+    '{"method": "mtp", "num_speculative_tokens": 1}',
+])
+def test_simulator_takes_the_speculation_vllm_takes(spec: str) -> None:
+    cfg = build_config(QWEN7B, speculative_config=spec)
+    assert cfg.speculative is not None and cfg.speculative.num_speculative_tokens >= 1
+
+
+@pytest.mark.parametrize(("name", "args"), [
+    ("refused_batched_tokens_lt_seqs.log", ["--max-num-batched-tokens", "32",
+                                            "--max-num-seqs", "64"]),
+    ("refused_spec_eagle_no_model.log",
+     ["--speculative-config", '{"method":"eagle","num_speculative_tokens":3}']),
+    ("refused_gpu_memory_utilization.log", ["--gpu-memory-utilization", "1.5"]),
+    ("refused_max_model_len.log", ["--max-model-len", "100000"]),
+])
+def test_simulator_refuses_as_vllm_does(name: str, args: list[str]) -> None:
+    proc = subprocess.run([sys.executable, "-m", "workers.sim", "serve", QWEN7B, *args],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode != 0
+    text = proc.stdout + proc.stderr
+    assert classify_failure(text, during="startup") == "invalid_config"
+    sim_line = EngineAdapter.last_error_line(text)
+    real_line = REFUSALS[name]
+    if name == "refused_max_model_len.log":
+        # The same sentence, with the simulated model's own limit (32768 for Qwen2.5-7B).
+        head, _, tail = real_line.partition("2048.0")
+        assert sim_line.startswith(head) and sim_line.endswith(tail)
+        assert "max_position_embeddings=32768.0" in sim_line
+    else:
+        assert sim_line == real_line

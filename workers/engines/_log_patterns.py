@@ -1,0 +1,165 @@
+"""What vLLM prints while it starts or dies, and what the adapters read from it.
+
+vLLM logs one line per event, behind a prefix such as
+``(EngineCore pid=6196) INFO 12-01 11:07:55 [kv_cache_utils.py:2327] ``. Real lines of
+vLLM 0.32.0 are kept in ``tests/fixtures/vllm/``; the older wordings below are still read,
+so a log of an older release gives the same facts.
+
+Start-up facts (:func:`parse_startup_log`):
+
+* **version**: ``Initializing a V1 LLM engine (v0.32.0) with config: …`` (the engine
+  core); older releases: ``vLLM API server version 0.11.0``; the start-up banner
+  (``█  version 0.32.0``) when the engine core never started.
+* **KV capacity**, one line: ``GPU KV cache size: 437,392 tokens, Maximum concurrency
+  for 32,768 tokens per request: 13.35x`` (``CPU KV cache size`` on the CPU build,
+  ``GPU + host`` with a host pool); older releases print the two halves on two lines.
+* **phases** (seconds): ``Initializing model took 0.143670 seconds``; ``Loading weights
+  took 3.21 seconds``; ``Model loading took 15.27 GiB memory and 4.012 seconds`` (older:
+  ``… GiB and …``); ``torch.compile took 21.5 s in total`` (older: ``takes``);
+  ``Graph capturing finished in 12 secs, took 0.53 GiB``; ``init engine (profile, create
+  kv cache, warmup model) took 0.62 s`` (older: ``… took 41.62 seconds``), with
+  ``(compilation: 20.00 s)`` after it when vLLM compiled, kept as its own phase.
+* ``CUDA_VISIBLE_DEVICES=…`` where the engine prints the devices it saw (the simulator).
+
+Why it died (:func:`classify_failure`, :func:`error_sentence`): vLLM's configuration
+classes are pydantic dataclasses, so a refused argument ends start-up with a
+``pydantic_core._pydantic_core.ValidationError: 1 validation error for SchedulerConfig``
+whose next line holds vLLM's sentence, ``Value error, max_num_batched_tokens (32) must be
+greater than or equal to max_num_seqs (64). [type=value_error, …]``, or, for a field
+bound, the field's name and ``Input should be less than or equal to 1 [type=…]``. Older
+releases raised ``ValueError: <sentence>``. Memory shortfalls are a ``ValueError`` or
+``torch.OutOfMemoryError`` in the engine core, then ``EngineCore failed to start.``
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from workers.contracts import FailureClass
+
+# Log lines that say why an engine died, most specific first.
+_OOM_PATTERNS = (
+    "CUDA out of memory", "OutOfMemoryError", "No available memory for the cache blocks",
+    "KV cache is needed, which is larger than the available KV cache memory",
+    "Free memory on device", "Failed to load model - not enough GPU memory",
+    "Cannot auto-fit max_model_len: not enough GPU memory",
+)
+_INVALID_PATTERNS = (
+    "must be greater than or equal to max_num_seqs", "is smaller than max_model_len",
+    "is greater than the derived max_model_len", "must be divisible by tensor parallel size",
+    "without speculative model", "requires 'model' to contain the custom proposer",
+    "Unknown quantization method", "GPU memory utilization must be",
+    # Any other refusal by one of vLLM's pydantic config classes.
+    "Value error, ", "Input should be", "validation error for",
+    "error: argument", "unrecognized arguments", "invalid choice", "ValueError",
+)
+
+
+def classify_failure(log_text: str, *, during: str) -> FailureClass:
+    """What kind of failure a dead engine's log shows (``during``: startup or measure)."""
+    if any(p in log_text for p in _OOM_PATTERNS):
+        return "oom"
+    if during == "startup" and any(p in log_text for p in _INVALID_PATTERNS):
+        return "invalid_config"
+    return "crashed"
+
+
+_LOG_PREFIX = re.compile(
+    r"^(?:\([\w -]+ pid=\d+\)\s+)?"
+    r"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
+    r"\[[^\]]*\]\s+)?")
+_PYDANTIC_TRAILER = re.compile(r"\s*\[type=[\w.]+(?P<rest>,.*)?\]$")
+_INPUT_VALUE = re.compile(r"input_value=(?P<value>[^,\]]*)")
+_ERROR_WORD = re.compile(r"\b\w*(?:Error|Exception)\b|\berror\b")
+_NOT_A_SENTENCE = ("File \"", "Traceback (most recent call last)", "For further information visit",
+                   "^")
+
+
+def _sentence(lines: list[str], index: int) -> str:
+    """Line ``index`` without vLLM's log prefix or pydantic's ``[type=…]`` trailer."""
+    line = _LOG_PREFIX.sub("", lines[index])
+    trailer = _PYDANTIC_TRAILER.search(line)
+    if trailer is None:
+        return line
+    line = line[:trailer.start()]
+    if line.startswith("Input should be") and index > 0:
+        # A field bound: pydantic names the field on the line before.
+        field = _LOG_PREFIX.sub("", lines[index - 1])
+        value = _INPUT_VALUE.search(trailer.group("rest") or "")
+        got = f" (got {value.group('value')})" if value is not None else ""
+        line = f"{field}: {line}{got}"
+    return line
+
+
+def error_sentence(text: str) -> str:
+    """The line that best says why an engine died, as vLLM worded it.
+
+    A known cause first (vLLM's sentence, without the log prefix or pydantic's trailer),
+    else the last line naming an error that is not traceback scaffolding, else the last
+    line.
+    """
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for pattern in (*_OOM_PATTERNS, *_INVALID_PATTERNS):
+        for i in range(len(lines) - 1, -1, -1):
+            if pattern in lines[i]:
+                return _sentence(lines, i)
+    for i in range(len(lines) - 1, -1, -1):
+        if _ERROR_WORD.search(lines[i]) and not lines[i].startswith(_NOT_A_SENTENCE):
+            return _sentence(lines, i)
+    return _sentence(lines, len(lines) - 1) if lines else "(no output)"
+
+
+# Each fact and phase: vLLM's current words first, then older releases'.
+_FACT_PATTERNS: dict[str, tuple[re.Pattern[str], ...]] = {
+    "kv_cache_tokens": (re.compile(r"\b[A-Z]+(?: \+ host)? KV cache size: ([\d,]+) tokens"),),
+    "max_concurrency": (
+        re.compile(r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x"),),
+    "engine_version": (
+        re.compile(r"Initializing a V1 LLM engine \(v([^()\s]+)\) with config"),
+        re.compile(r"vLLM API server (?:\(.*?\) )?version ([\w.+-]+)"),
+        re.compile(r"█\s+version (\d[\w.+-]*)"),
+    ),
+    "cuda_visible_devices": (re.compile(r"CUDA_VISIBLE_DEVICES=([\w,-]*)"),),
+}
+_INIT_ENGINE = r"init engine \(profile, create kv cache, warmup model\) took "
+_PHASE_PATTERNS: dict[str, tuple[re.Pattern[str], ...]] = {
+    "initialize_model": (re.compile(r"Initializing model took ([\d.]+) seconds"),),
+    "load_weights": (re.compile(r"Loading weights took ([\d.]+) seconds"),),
+    "model_loading": (
+        re.compile(r"Model loading took [\d.]+ GiB(?: memory)? and ([\d.]+) seconds"),),
+    "torch_compile": (re.compile(r"torch\.compile (?:took|takes) ([\d.]+) s in total"),),
+    "graph_capture": (re.compile(r"Graph capturing finished in ([\d.]+) secs"),),
+    "init_engine": (re.compile(_INIT_ENGINE + r"([\d.]+) (?:s\b|seconds)"),),
+    "compilation": (re.compile(_INIT_ENGINE + r"[\d.]+ s \(compilation: ([\d.]+) s"),),
+}
+
+
+def _first(patterns: tuple[re.Pattern[str], ...], text: str) -> str | None:
+    for pattern in patterns:
+        match = pattern.search(text)
+        if match is not None:
+            return match.group(1)
+    return None
+
+
+def parse_startup_log(text: str) -> dict[str, Any]:
+    """Facts the engine printed while starting (vLLM's own lines)."""
+    facts: dict[str, Any] = {}
+    for key, patterns in _FACT_PATTERNS.items():
+        raw = _first(patterns, text)
+        if raw is None:
+            continue
+        if key == "kv_cache_tokens":
+            facts[key] = int(raw.replace(",", ""))
+        elif key == "max_concurrency":
+            facts[key] = float(raw)
+        else:
+            facts[key] = raw
+    phases = {}
+    for phase, patterns in _PHASE_PATTERNS.items():
+        raw = _first(patterns, text)
+        if raw is not None:
+            phases[phase] = float(raw)
+    facts["startup_phases_s"] = phases
+    return facts
