@@ -238,6 +238,7 @@ class SLO(_Strict):
 # --- trials --------------------------------------------------------------------------------
 
 EngineKind = Literal["vllm", "sim"]
+Device = Literal["gpu", "cpu"]
 ObjectiveMode = Literal["goodput", "capacity"]
 TrialStatus = Literal["ok", "infeasible", "failed"]
 FailureClass = Literal["invalid_config", "oom", "startup_timeout", "crashed",
@@ -298,10 +299,16 @@ class TrialSpec(_Strict):
     capacity: CapacitySearch = Field(default_factory=CapacitySearch)
     timeouts: TrialTimeouts = Field(default_factory=TrialTimeouts)
     sim: SimOptions = Field(default_factory=SimOptions)
-    vllm_binary: str = "vllm"
+    device: Device = "gpu"
+    """Where the engine computes: GPUs (Ray assigns them), or the CPU (vLLM's CPU build:
+    the trial reserves CPUs instead, one per tensor-parallel rank)."""
+    engine_binary: str | None = Field(None, min_length=1)
+    """The engine's executable (the space's ``engine_binary``); None: the worker's
+    ``SLOTUNE_VLLM_BIN``, else ``vllm`` on PATH."""
     env_passthrough: tuple[str, ...] = ("HF_HOME", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN",
-                                        "VLLM_LOGGING_LEVEL", "NCCL_DEBUG")
-    """Environment variables handed through to the engine (secrets are redacted in logs)."""
+                                        "NCCL_DEBUG")
+    """Environment variables handed through to the engine (secrets are redacted in logs);
+    an adapter adds the families its engine reads (vLLM: ``VLLM_*``, ``HF_*``, …)."""
     early_abort: bool = True
     max_error_rate: float = Field(0.05, ge=0, le=1)
     """Above this share of failed requests the trial is ``benchmark_errors``."""
@@ -310,6 +317,12 @@ class TrialSpec(_Strict):
     def engine_flags(self) -> dict[str, KnobValue]:
         """Fixed arguments overridden by the sampled knobs."""
         return {**self.engine_args, **self.knobs}
+
+    @property
+    def served_model(self) -> str:
+        """The model name requests must carry (``served_model_name`` when the space sets it)."""
+        name = self.engine_flags.get("served_model_name")
+        return name if isinstance(name, str) and name else self.model
 
     @property
     def tensor_parallel_size(self) -> int:
@@ -353,6 +366,9 @@ class CapacityProbe(_Strict):
     request_goodput: float
     ratios: dict[str, float] = Field(default_factory=dict)
     """observed / target per SLO metric."""
+    prefix_cache_hit_tokens: float | None = None
+    """Prompt tokens served from the prefix cache during this probe (the engine's counter;
+    None when its metrics were not scraped)."""
 
 
 class TrialResult(_Strict):

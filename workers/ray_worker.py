@@ -117,6 +117,9 @@ def trial_options(spec: TrialSpec) -> dict[str, Any]:
     # Retries are the coordinator's decision (it re-enqueues lost trials), not Ray's.
     options: dict[str, Any] = {"num_gpus": spec.tensor_parallel_size,
                                "name": f"slotune-trial-{spec.trial_id}"}
+    if spec.device == "cpu":
+        # vLLM's CPU build: one core per tensor-parallel rank, and no GPU at all.
+        options.update(num_gpus=0, num_cpus=spec.tensor_parallel_size)
     resources = trial_resources(spec) if _cluster_has_gpu_types() else {}
     if resources:
         options["resources"] = resources
@@ -164,6 +167,8 @@ def parse_gpu_types(text: str | None) -> dict[str, str]:
 
 def gpu_type_resource(spec: TrialSpec, mapping: dict[str, str] | None = None) -> str | None:
     """The ``gpu_type:*`` resource this trial needs, or None (any GPU will do)."""
+    if spec.device == "cpu":
+        return None  # CPU trials ask for CPUs, not a GPU type
     mapping = parse_gpu_types(os.environ.get(GPU_TYPES_ENV)) if mapping is None else mapping
     name = spec.sim.gpu
     if spec.engine == "sim":

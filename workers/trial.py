@@ -9,7 +9,11 @@ exceptions. Two modes:
 * ``goodput``: one run at the workload's rate; objective = request goodput when the SLO
   gate holds, else 0;
 * ``capacity``: on the one booted engine, the highest request rate at which the gate
-  holds (bracket by doubling, then bisect), resetting the prefix cache between probes.
+  holds (bracket by doubling, then bisect). Each probe draws fresh prompts (the workload's
+  seed advanced by the probe's number), so no probe is served from an earlier probe's
+  prefix cache: vLLM serves ``/reset_prefix_cache`` only in its dev mode, so the reset
+  asked for between probes is a courtesy, not what the measurement relies on. Each probe
+  records the prefix-cache hits the engine counted during it.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import platform
 import tempfile
 import time
 from collections.abc import Sequence
@@ -44,6 +49,9 @@ log = logging.getLogger(__name__)
 
 FITS = "fits"
 """The constraint every result carries: ≤ 0 when the configuration booted."""
+PROBE_SEED_STRIDE = 7919
+"""Capacity probe ``i`` samples with the workload's seed + i × this: its own prompts."""
+PREFIX_HITS = "vllm:prefix_cache_hits_total"
 
 
 class _EngineDied(Exception):
@@ -100,6 +108,9 @@ async def _run_phases(spec: TrialSpec, engine: EngineAdapter, probe: GPUProbe,
         await engine.wait_ready(spec.timeouts.startup_s)
         timings["boot_s"] = time.perf_counter() - boot_start
         facts = _facts(spec, engine, probe)
+        version = await _server_version(engine)
+        if version:
+            facts = facts.model_copy(update={"engine_version": version})
         if spec.mode == "capacity":
             return await _capacity(spec, engine, facts, timings, started)
         return await _goodput(spec, engine, facts, timings, started)
@@ -110,20 +121,25 @@ async def _run_phases(spec: TrialSpec, engine: EngineAdapter, probe: GPUProbe,
 
 
 async def _measure(spec: TrialSpec, engine: EngineAdapter, *, request_rate: float | None = None,
-                   num_prompts: int | None = None) -> tuple[BenchmarkRun, float, float]:
-    """One benchmark run under a watchdog; returns (run, warmup wall s, measure wall s)."""
+                   num_prompts: int | None = None,
+                   probe: int = 0) -> tuple[BenchmarkRun, float, float]:
+    """One benchmark run under a watchdog; returns (run, warmup wall s, measure wall s).
+
+    ``probe`` > 0 draws that probe's own prompts (a capacity search's later probes).
+    """
     workload = spec.workload
-    if request_rate is not None or num_prompts is not None:
+    if request_rate is not None or num_prompts is not None or probe:
         data = workload.model_dump()
         if request_rate is not None:
             data["arrivals"]["request_rate"] = float(request_rate)
         if num_prompts is not None:
             data["num_prompts"] = num_prompts
+        data["seed"] = workload.seed + PROBE_SEED_STRIDE * probe
         workload = type(workload).model_validate(data)
     scale = spec.sim.time_scale if spec.engine == "sim" else 1.0
     begin = time.perf_counter()
     bench = asyncio.create_task(run_benchmark(
-        engine.base_url, spec.model, workload, spec.slo, time_scale=scale,
+        engine.base_url, spec.served_model, workload, spec.slo, time_scale=scale,
         early_abort=spec.early_abort))
     watchdog = asyncio.create_task(engine.wait_exit())
     try:
@@ -182,14 +198,16 @@ async def _capacity(spec: TrialSpec, engine: EngineAdapter, facts: EngineFacts,
         nonlocal best, measure_total, warm_total
         await _reset_prefix_cache(engine)
         run, warm, meas = await _measure(spec, engine, request_rate=rate,
-                                         num_prompts=search.prompts_per_probe)
+                                         num_prompts=search.prompts_per_probe,
+                                         probe=len(probes))
         warm_total += warm
         measure_total += meas
         aborted = run.early_abort.reason if run.early_abort else None
         sc = score(run.records, run.duration_s, spec.slo, aborted=aborted)
         probes.append(CapacityProbe(request_rate=rate, gate_passed=sc.gate,
                                     request_goodput=sc.request_goodput,
-                                    ratios={c.metric: c.constraint + 1 for c in sc.checks}))
+                                    ratios={c.metric: c.constraint + 1 for c in sc.checks},
+                                    prefix_cache_hit_tokens=run.scrape.counters.get(PREFIX_HITS)))
         if sc.gate:
             best = (run, sc)
         return sc.gate
@@ -244,10 +262,26 @@ async def _healthy(engine: EngineAdapter) -> bool:
         return False
 
 
-async def _reset_prefix_cache(engine: EngineAdapter) -> None:
-    with contextlib.suppress(httpx.HTTPError):
+async def _server_version(engine: EngineAdapter) -> str | None:
+    """What the server says it is (vLLM's ``GET /version``); None if it does not say."""
+    try:
+        async with httpx.AsyncClient(timeout=5) as client:
+            response = await client.get(f"{engine.base_url}/version")
+        version = response.json().get("version") if response.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    return version if isinstance(version, str) and version else None
+
+
+async def _reset_prefix_cache(engine: EngineAdapter) -> bool:
+    """Ask the engine to drop its prefix cache; False where it has no such route (vLLM
+    outside dev mode answers 404) — fresh prompts per probe make that harmless."""
+    try:
         async with httpx.AsyncClient(timeout=10) as client:
-            await client.post(f"{engine.base_url}/reset_prefix_cache")
+            response = await client.post(f"{engine.base_url}/reset_prefix_cache")
+    except httpx.HTTPError:
+        return False
+    return response.status_code == 200
 
 
 def _scored(spec: TrialSpec, engine: EngineAdapter, run: BenchmarkRun, sc: Score,
@@ -306,11 +340,23 @@ def _facts(spec: TrialSpec, engine: EngineAdapter, probe: GPUProbe) -> EngineFac
             gpu = get_gpu(spec.sim.gpu)
             update = {"gpu_name": f"{gpu.device_name} (simulated)",
                       "gpu_memory_bytes": gpu.memory_bytes}
+    elif spec.device == "cpu":
+        update = {"gpu_name": f"cpu ({_cpu_model()})"}
     else:
         gpus = probe.gpus(engine.gpu_ids)
         if gpus:
             update = {"gpu_name": gpus[0].name, "gpu_memory_bytes": gpus[0].memory_total}
     return facts.model_copy(update=update)
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def _safe(text: str) -> str:

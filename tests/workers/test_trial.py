@@ -187,7 +187,7 @@ def test_vllm_adapter_runs_a_whole_trial_against_the_vllm_compatible_entry(
     """The argv vLLM would receive is what runs (the simulator parses vLLM's flags)."""
     monkeypatch.setenv("SLOTUNE_SIM_GPU", "rtx4090")
     spec = lab_spec(5.0, prompts=30, engine="vllm",
-                    vllm_binary=str(Path(sys.executable).with_name("slotune-sim")),
+                    engine_binary=str(Path(sys.executable).with_name("slotune-sim")),
                     env_passthrough=("SLOTUNE_SIM_GPU",))
     result = run_trial(spec)  # vllm runs in real time: no time scale anywhere
     assert_clean(result)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -218,8 +219,14 @@ class SearchSpace(_Strict):
     description: str = ""
     engine: EngineKind = "sim"
     model: str = Field(min_length=1)
+    """A Hugging Face name, or (vllm) a local model directory: ``/abs``, ``./rel`` or
+    ``~/…``, relative to the space file; stored absolute."""
     gpu: str = "h100-sxm"
-    """A simulated GPU name (the sim engine's ``--sim-gpu``; the GPU kind for vllm)."""
+    """sim: a catalogue GPU (``--sim-gpu``). vllm: the GPU kind the trials run on (a
+    catalogue name or any label, e.g. ``b200``), or ``cpu`` for vLLM's CPU build."""
+    engine_binary: str | None = Field(None, min_length=1)
+    """vllm: the ``vllm`` executable (default: the worker's ``SLOTUNE_VLLM_BIN``, else
+    ``vllm`` on PATH)."""
     fixed: dict[str, KnobValue] = Field(default_factory=dict)
     knobs: dict[str, Knob] = Field(min_length=1)
     constraints: tuple[str, ...] = ()
@@ -234,11 +241,27 @@ class SearchSpace(_Strict):
 
     @field_validator("gpu")
     @classmethod
-    def _known_gpu(cls, value: str) -> str:
+    def _gpu_name(cls, value: str) -> str:
         try:
             return get_gpu(value).name
         except UnknownCatalogEntry:
-            raise ValueError(f"unknown GPU {value!r}; valid: {', '.join(sorted(GPUS))}") from None
+            pass
+        if not _LABEL.fullmatch(value):
+            raise ValueError(f"GPU {value!r} is not a name: use lower-case letters, digits and "
+                             f"'-' (e.g. {', '.join(sorted(GPUS))}, or cpu for vllm)")
+        return value  # an uncatalogued kind: only the vllm engine takes it (checked below)
+
+    @field_validator("model", mode="after")
+    @classmethod
+    def _model_path(cls, value: str, info: ValidationInfo) -> str:
+        if not value.startswith(("/", "./", "../", "~")):
+            return value  # a Hugging Face name
+        base = (info.context or {}).get("base_dir") or Path.cwd()
+        path = (Path(base) / Path(value).expanduser()).resolve()
+        if not (path / "config.json").is_file():
+            raise ValueError(f"model directory {path} has no config.json; give a Hugging "
+                             "Face name or a directory holding the model's files")
+        return str(path)
 
     @field_validator("workload", mode="before")
     @classmethod
@@ -269,6 +292,7 @@ class SearchSpace(_Strict):
                                  f"values {choices}; add it (it is tried first)")
             if name in self.fixed:
                 raise ValueError(f"{name!r} is both a knob and a fixed argument; keep one")
+        self._check_device()
         self._check_engine_args()
         known = set(self.knobs) | set(self.fixed) | set(_ENGINE_DEFAULTS)
         known |= {"max_num_seqs", "max_num_batched_tokens", "max_model_len"}
@@ -278,6 +302,18 @@ class SearchSpace(_Strict):
             raise ValueError(str(exc)) from None
         self._rules = tuple(rules)
         return self
+
+    def _check_device(self) -> None:
+        if self.engine == "sim":
+            if self.gpu not in GPUS:
+                raise ValueError(f"gpu {self.gpu!r}: the simulated engine models catalogue GPUs "
+                                 f"only; valid: {', '.join(sorted(GPUS))}")
+            if self.engine_binary is not None:
+                raise ValueError("engine_binary: the simulated engine runs in slotune's own "
+                                 "Python; engine_binary is for engine: vllm")
+            if self.model.startswith("/"):
+                raise ValueError(f"model {self.model!r}: the simulated engine models catalogue "
+                                 "models by name, not a local directory")
 
     def _check_engine_args(self) -> None:
         """Every argument is one the engine takes, with a plausible value."""
@@ -411,8 +447,14 @@ class SearchSpace(_Strict):
             mode=mode or self.mode,
             capacity=capacity or self.capacity,
             sim=base_sim.model_copy(update={"gpu": self.gpu}),
+            device="cpu" if self.gpu == CPU_DEVICE else "gpu",
+            engine_binary=self.engine_binary,
             **overrides,
         )
+
+
+CPU_DEVICE = "cpu"
+_LABEL = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 
 
 # --- loading -----------------------------------------------------------------------------

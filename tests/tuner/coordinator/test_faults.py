@@ -235,7 +235,7 @@ def test_engine_log_over_its_disk_budget_is_capped_and_the_trial_scores(
     monkeypatch.setenv("SLOTUNE_SIM_GPU", "rtx4090")
     spec = TrialSpec.model_validate({
         "trial_id": f"noisy-{uuid.uuid4().hex[:6]}", "engine": "vllm", "model":
-        "Qwen/Qwen2.5-7B-Instruct", "vllm_binary": str(binary),
+        "Qwen/Qwen2.5-7B-Instruct", "engine_binary": str(binary),
         "env_passthrough": ["SLOTUNE_SIM_GPU"], "knobs": {"quantization": "fp8"},
         "workload": {"dataset": {"kind": "random", "input_len": 256, "output_len": 32},
                      "arrivals": {"request_rate": 4}, "num_prompts": 20},
