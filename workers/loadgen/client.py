@@ -5,6 +5,11 @@ Knows nothing of arrival schedules or scoring (guidellm's split). Times are
 ``t0``). A chunk "carries choices" when its ``choices`` list is non-empty, exactly the
 chunks ``vllm bench serve`` timestamps; the trailing usage chunk (``choices: []``) is not
 one of them. A failed request is a :class:`RequestRecord` with ``error`` set.
+
+Every SSE event is stamped with the time its bytes came off the socket: the clock is read
+once per network read, before anything is decoded or parsed, and each event completed by
+that read carries it (no line iterator between the socket and the clock). Input lengths
+are what the server counted (``usage.prompt_tokens``) whenever it says.
 """
 
 from __future__ import annotations
@@ -70,6 +75,7 @@ class RequestRecord:
 
     index: int
     prompt_len: int
+    """Input tokens: the server's ``usage.prompt_tokens``, else the length asked for."""
     requested_output_len: int
     timings: RequestTimings
     output_tokens: int | None = None
@@ -90,8 +96,12 @@ def endpoint_path(endpoint: Endpoint) -> str:
     return "/v1/chat/completions" if endpoint == "chat" else "/v1/completions"
 
 
-def build_payload(endpoint: Endpoint, model: str, prompt: str, output_len: int) -> dict[str, Any]:
-    """The JSON body ``vllm bench serve`` would send: greedy, ``ignore_eos``, usage streamed."""
+def build_payload(endpoint: Endpoint, model: str, prompt: str | list[int],
+                  output_len: int) -> dict[str, Any]:
+    """The JSON body ``vllm bench serve`` would send: greedy, ``ignore_eos``, usage streamed.
+
+    ``prompt`` is text or token ids (completions only; a chat message is text).
+    """
     body: dict[str, Any] = {
         "model": model,
         "max_tokens": output_len,
@@ -101,6 +111,8 @@ def build_payload(endpoint: Endpoint, model: str, prompt: str, output_len: int) 
         "ignore_eos": True,
     }
     if endpoint == "chat":
+        if not isinstance(prompt, str):
+            raise TypeError("a chat request's prompt is text, not token ids")
         body["messages"] = [{"role": "user", "content": prompt}]
         body["max_completion_tokens"] = output_len
     else:
@@ -122,8 +134,7 @@ async def send_request(
     warmup: bool = False,
 ) -> RequestRecord:
     """Send one streaming request and record it; errors become ``RequestRecord.error``."""
-    chunks: list[float] = []
-    usage_tokens: list[int] = []
+    events = _StreamState()
     clock = time.perf_counter
     start = clock() - t0
     error: str | None = None
@@ -134,39 +145,72 @@ async def send_request(
                     body = (await response.aread())[:300].decode("utf-8", "replace")
                     error = f"HTTP {response.status_code}: {body.strip()}"
                 else:
-                    async for line in response.aiter_lines():
-                        if not line.startswith("data:"):
-                            continue
-                        data = line[5:].strip()
-                        if data == "[DONE]":
-                            continue
-                        now = clock() - t0
-                        chunk = json.loads(data)
-                        if chunk.get("choices"):
-                            chunks.append(now)
-                        usage = chunk.get("usage")
-                        if isinstance(usage, dict) and "completion_tokens" in usage:
-                            usage_tokens.append(int(usage["completion_tokens"]))
-                        if "error" in chunk and not chunk.get("choices"):
-                            error = f"stream error: {json.dumps(chunk['error'])[:300]}"
+                    buffer = b""
+                    async for data in response.aiter_bytes():
+                        arrived = clock() - t0  # first, before any decoding or parsing
+                        buffer += data
+                        *lines, buffer = buffer.split(b"\n")
+                        for line in lines:
+                            error = events.feed(line, arrived) or error
+                    if buffer:
+                        error = events.feed(buffer, clock() - t0) or error
     except TimeoutError:
         error = f"deadline exceeded: no complete response within {deadline_s:g} s"
     except httpx.HTTPError as exc:
         error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     except (json.JSONDecodeError, ValueError) as exc:
         error = f"malformed stream chunk: {exc}"
+    chunks, usage_tokens = events.chunks, events.completion_tokens
     end = clock() - t0
     if error is None and not chunks:
         error = "Never received a valid chunk to calculate TTFT."
     tokens = usage_tokens[-1] if usage_tokens else (len(chunks) if chunks else None)
     timings = RequestTimings(target, ready, start, tuple(chunks), end)
+    extra: dict[str, Any] = {}
+    if not usage_tokens and error is None:
+        extra["output_tokens_from"] = "chunk count"
+    if events.prompt_tokens is None and error is None:
+        extra["prompt_tokens_from"] = "request"
     return RequestRecord(
         index=index,
-        prompt_len=prompt_len,
+        prompt_len=events.prompt_tokens if events.prompt_tokens is not None else prompt_len,
         requested_output_len=int(payload.get("max_tokens", 0)),
         timings=timings,
         output_tokens=tokens if error is None else None,
         error=error,
         warmup=warmup,
-        extra={} if usage_tokens or error else {"output_tokens_from": "chunk count"},
+        extra=extra,
     )
+
+
+class _StreamState:
+    """What the SSE events of one response said, fed one line at a time with its arrival."""
+
+    __slots__ = ("chunks", "completion_tokens", "prompt_tokens")
+
+    def __init__(self) -> None:
+        self.chunks: list[float] = []
+        self.completion_tokens: list[int] = []
+        self.prompt_tokens: int | None = None
+
+    def feed(self, line: bytes, arrived: float) -> str | None:
+        """Take one line; returns an error the stream reported, if this line is one."""
+        if not line.startswith(b"data:"):
+            return None
+        data = line[5:].strip()
+        if not data or data == b"[DONE]":
+            return None
+        chunk = json.loads(data)
+        if not isinstance(chunk, dict):
+            raise ValueError(f"expected a JSON object, got {type(chunk).__name__}")
+        if chunk.get("choices"):
+            self.chunks.append(arrived)
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            if isinstance(usage.get("completion_tokens"), int):
+                self.completion_tokens.append(int(usage["completion_tokens"]))
+            if isinstance(usage.get("prompt_tokens"), int):
+                self.prompt_tokens = int(usage["prompt_tokens"])
+        if "error" in chunk and not chunk.get("choices"):
+            return f"stream error: {json.dumps(chunk['error'])[:300]}"
+        return None

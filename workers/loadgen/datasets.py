@@ -1,10 +1,12 @@
 """Datasets: turn a dataset config and a seed into the requests to send (prompts + lengths).
 
 A registry keyed on the config's ``kind`` (the pydantic discriminator) maps each dataset
-to its sampler. Prompts are whitespace-separated words from a fixed vocabulary, so on the
-simulated engine (one word = one token) lengths are exact and identical leading words
-share prefix-cache blocks; against a real tokenizer lengths are approximate, as with
-``vllm bench serve --dataset-name random``.
+to its sampler. A synthetic prompt is a sequence of *word ids* — indices into a fixed
+vocabulary — sized in tokens: the runner sends it as token ids of the server's own
+tokenizer (one word id → one token id, see :mod:`workers.loadgen.tokens`), so a 512-token
+prompt is 512 tokens to the server, whatever its tokenizer, and identical leading ids
+share prefix-cache blocks. As text (``prompt``: one word per id) it is what the
+simulated engine, whose tokens are words, reads the same way.
 
 Shared parts of a dataset (a common prefix, the prefix pool) come from the seed alone;
 per-request parts come from ``(seed, stream)``, so warm-up requests (stream 1) never
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,12 +51,17 @@ class DatasetError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class RequestSpec:
-    """One request to send: its prompt, its lengths, and (for traces) its own arrival."""
+    """One request to send: its prompt, its lengths, and (for traces) its own arrival.
+
+    ``word_ids`` is set for a synthetic prompt (its ``prompt`` text is those words), and
+    empty for a trace's own text, which is sent as it is and counted by the server.
+    """
 
     prompt: str
     prompt_len: int
     output_len: int
     arrival_offset_s: float | None = None
+    word_ids: tuple[int, ...] = ()
 
 
 def _build_vocabulary() -> tuple[str, ...]:
@@ -67,13 +74,18 @@ def _build_vocabulary() -> tuple[str, ...]:
 VOCABULARY: tuple[str, ...] = _build_vocabulary()
 
 
-def words(token_ids: np.ndarray[Any, Any] | list[int]) -> str:
-    """The prompt text for a sequence of token ids (one word per id)."""
-    return " ".join(VOCABULARY[int(i) % len(VOCABULARY)] for i in token_ids)
+def words(word_ids: np.ndarray[Any, Any] | Sequence[int]) -> str:
+    """The prompt text for a sequence of word ids (one word per id)."""
+    return " ".join(VOCABULARY[int(i) % len(VOCABULARY)] for i in word_ids)
 
 
 def _ids(rng: np.random.Generator, n: int) -> np.ndarray[Any, Any]:
     return rng.integers(0, len(VOCABULARY), size=n)
+
+
+def _synthetic(ids: np.ndarray[Any, Any], output_len: int) -> RequestSpec:
+    word_ids = tuple(int(i) for i in ids)
+    return RequestSpec(words(word_ids), len(word_ids), output_len, word_ids=word_ids)
 
 
 def _rngs(seed: int, stream: int) -> tuple[np.random.Generator, np.random.Generator]:
@@ -95,7 +107,7 @@ def _random(
     out: list[RequestSpec] = []
     for i in range(n):
         ids = np.concatenate([prefix, _ids(rng, int(input_lens[i]))])
-        out.append(RequestSpec(words(ids), len(ids), int(output_lens[i])))
+        out.append(_synthetic(ids, int(output_lens[i])))
     return out
 
 
@@ -114,9 +126,7 @@ def _sharegpt_like(
     outs = _lognormal(
         rng, cfg.output_median, cfg.output_sigma, cfg.output_min, cfg.output_max, n
     )
-    return [
-        RequestSpec(words(_ids(rng, int(ins[i]))), int(ins[i]), int(outs[i])) for i in range(n)
-    ]
+    return [_synthetic(_ids(rng, int(ins[i])), int(outs[i])) for i in range(n)]
 
 
 def _prefix_repetition(
@@ -128,7 +138,7 @@ def _prefix_repetition(
     out: list[RequestSpec] = []
     for i in range(n):
         ids = np.concatenate([prefixes[int(choice[i])], _ids(rng, cfg.suffix_len)])
-        out.append(RequestSpec(words(ids), len(ids), cfg.output_len))
+        out.append(_synthetic(ids, cfg.output_len))
     return out
 
 
@@ -152,7 +162,8 @@ def _trace(
         raise DatasetError(f"trace file {path}: holds no requests")
     if stream == WARMUP_STREAM:  # warm up on the trace's own requests, sent back to back
         return [
-            RequestSpec(e.prompt, e.prompt_len, e.output_len) for e in entries[:n]
+            RequestSpec(e.prompt, e.prompt_len, e.output_len, word_ids=e.word_ids)
+            for e in entries[:n]
         ]
     return entries[:n]
 
@@ -178,8 +189,9 @@ def _trace_entry(line: str, where: str, rng: np.random.Generator, arrivals: bool
         if isinstance(row.get("prompt_len"), int):
             prompt_len = row["prompt_len"]
     elif isinstance(row.get("prompt_len"), int) and row["prompt_len"] >= 1:
-        prompt_len = row["prompt_len"]
-        prompt = words(_ids(rng, prompt_len))
+        spec = _synthetic(_ids(rng, row["prompt_len"]), output_len)
+        arrival = float(offset) if arrivals and isinstance(offset, int | float) else None
+        return RequestSpec(spec.prompt, spec.prompt_len, output_len, arrival, spec.word_ids)
     else:
         raise DatasetError(f"{where}: needs 'prompt' (text) or 'prompt_len' (integer >= 1)")
     arrival = float(offset) if arrivals and isinstance(offset, int | float) else None

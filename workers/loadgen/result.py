@@ -109,6 +109,7 @@ def build_result(
             },
             "client_bound": lag.client_bound,
             "warnings": list(run.warnings),
+            "prompts_as": run.prompts_as,
             "early_abort": None if run.early_abort is None else {
                 "reason": run.early_abort.reason,
                 "metric": run.early_abort.metric,

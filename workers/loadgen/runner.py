@@ -33,6 +33,7 @@ from workers.loadgen.client import (
 from workers.loadgen.datasets import RequestSpec, sample_requests
 from workers.loadgen.scoring import allowed_violations, violated_metrics
 from workers.loadgen.scrape import MetricsScraper, ScrapeSummary
+from workers.loadgen.tokens import TokenPool, fetch_token_pool
 
 __all__ = [
     "LAG_FLOOR_MS",
@@ -101,6 +102,8 @@ class BenchmarkRun:
     time_scale: float
     early_abort: EarlyAbort | None = None
     warnings: list[str] = field(default_factory=list)
+    prompts_as: str = "text"
+    """How prompts were sent: ``token ids`` of the server's tokenizer, or ``text``."""
 
 
 class _AbortMonitor:
@@ -146,6 +149,13 @@ async def _preflight(client: httpx.AsyncClient, base_url: str) -> None:
         ) from exc
 
 
+def _prompt(spec: RequestSpec, pool: TokenPool | None) -> str | list[int]:
+    """Token ids of the server's tokenizer for a synthetic prompt, else its text."""
+    if pool is not None and spec.word_ids:
+        return pool.token_ids(spec.word_ids)
+    return spec.prompt
+
+
 async def _warmup(
     client: httpx.AsyncClient,
     specs: list[RequestSpec],
@@ -154,6 +164,7 @@ async def _warmup(
     endpoint: Endpoint,
     concurrency: int,
     deadline_s: float,
+    pool: TokenPool | None,
 ) -> list[RequestRecord]:
     gate = asyncio.Semaphore(concurrency)
     t0 = time.perf_counter()
@@ -163,7 +174,7 @@ async def _warmup(
             now = time.perf_counter() - t0
             return await send_request(
                 client, endpoint_path(endpoint),
-                build_payload(endpoint, model, spec.prompt, spec.output_len),
+                build_payload(endpoint, model, _prompt(spec, pool), spec.output_len),
                 index=i, prompt_len=spec.prompt_len, t0=t0, target=now, ready=now,
                 deadline_s=deadline_s, warmup=True,
             )
@@ -210,9 +221,12 @@ async def run_benchmark(
     started_at = datetime.now()
     async with httpx.AsyncClient(base_url=base_url, limits=limits, timeout=timeout) as client:
         await _preflight(client, base_url)
+        # Chat messages are text (the template adds its own tokens): lengths come from usage.
+        pool = await fetch_token_pool(client, model) if endpoint == "completions" else None
         warm = await _warmup(
             client, warm_specs, model=model, endpoint=endpoint,
             concurrency=concurrency or max(1, len(warm_specs)), deadline_s=deadline_wall,
+            pool=pool,
         )
         t0 = time.perf_counter()
         # the interval is engine time; keep at least 0.1 s of wall time between scrapes
@@ -224,7 +238,7 @@ async def run_benchmark(
         try:
             records, abort, end = await _measure(
                 client, specs, offsets, model=model, endpoint=endpoint, t0=t0, k=k,
-                concurrency=concurrency, deadline_s=deadline_wall,
+                concurrency=concurrency, deadline_s=deadline_wall, pool=pool,
                 monitor=_AbortMonitor(slo if early_abort else None, n), progress=progress,
             )
         except BaseException:
@@ -241,6 +255,11 @@ async def run_benchmark(
         tolerance = max(LAG_FLOOR_MS, 0.05 * min(slo.targets.values()))
     lag = SendLag.of([r.timings.send_lag * 1000.0 for r in scaled], tolerance)
     warnings: list[str] = []
+    if pool is None and endpoint == "completions" and any(s.word_ids for s in specs):
+        warnings.append(
+            "the server has no /tokenize: prompts went as text, so their lengths in tokens "
+            "differ from the workload's; input tokens are the server's usage counts"
+        )
     if lag.client_bound:
         warnings.append(
             f"client-bound: p99 send lag {lag.p99_ms:.1f} ms (engine time) exceeds "
@@ -262,6 +281,7 @@ async def run_benchmark(
         time_scale=k,
         early_abort=abort,
         warnings=warnings,
+        prompts_as="token ids" if pool is not None else "text",
     )
 
 
@@ -278,6 +298,7 @@ async def _measure(
     deadline_s: float,
     monitor: _AbortMonitor,
     progress: ProgressFn | None,
+    pool: TokenPool | None,
 ) -> tuple[list[RequestRecord], EarlyAbort | None, float]:
     slots = asyncio.Semaphore(concurrency) if concurrency else None
     done: list[RequestRecord] = []
@@ -317,7 +338,7 @@ async def _measure(
         if stop.is_set():
             break
         ready = max(target, clock() - t0)
-        payload = build_payload(endpoint, model, spec.prompt, spec.output_len)
+        payload = build_payload(endpoint, model, _prompt(spec, pool), spec.output_len)
         task = asyncio.create_task(
             send_request(
                 client, path, payload, index=i, prompt_len=spec.prompt_len, t0=t0,

@@ -11,6 +11,7 @@ that does not parse) gives an unavailable summary, never an exception.
 from __future__ import annotations
 
 import asyncio
+import re
 import contextlib
 import time
 from dataclasses import dataclass, field
@@ -52,10 +53,34 @@ Snapshot = dict[tuple[str, str], float]
 """(sample name, ``le`` or "") → value, summed over the other labels."""
 
 
+_SAMPLE = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*(\{.*\})?\s+\S+")
+_WANTED = frozenset({*GAUGES, *_GAUGE_ALIASES, *COUNTERS,
+                     *(f"{h}{suffix}" for h in HISTOGRAMS for suffix in ("_count", "_sum",
+                                                                          "_bucket"))})
+
+
+def _wanted_lines(text: str) -> str:
+    """Only the samples the summary reads: vLLM's page has many more families, and
+    parsing them all costs the client's event loop time it needs to stamp streams."""
+    kept = []
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            end = min((i for i in (line.find("{"), line.find(" ")) if i >= 0), default=-1)
+            if end > 0 and line[:end] in _WANTED:
+                kept.append(line)
+    return "\n".join(kept) + "\n"
+
+
 def parse_metrics(text: str) -> Snapshot:
-    """Parse Prometheus text exposition into a :data:`Snapshot`; raises ``ValueError``."""
+    """Parse Prometheus text exposition into a :data:`Snapshot`; raises ``ValueError``.
+
+    Only the families in :data:`GAUGES`, :data:`COUNTERS` and :data:`HISTOGRAMS` are read.
+    """
     out: Snapshot = {}
-    for family in text_string_to_metric_families(text):
+    first = next((ln for ln in text.splitlines() if ln.strip() and not ln.startswith("#")), None)
+    if first is not None and not _SAMPLE.match(first):
+        raise ValueError(f"not a sample line: {first[:80]!r}")
+    for family in text_string_to_metric_families(_wanted_lines(text)):
         for sample in family.samples:
             name = _GAUGE_ALIASES.get(sample.name, sample.name)
             le = sample.labels.get("le", "") if name.endswith("_bucket") else ""
@@ -162,7 +187,9 @@ class MetricsScraper:
             self._dead = response.status_code == 404
             return
         try:
-            snapshot = parse_metrics(response.text)
+            # Parsing a large page (vLLM's histograms) off the event loop: a blocked loop
+            # reads the streams late, and their events would arrive "together".
+            snapshot = await asyncio.to_thread(parse_metrics, response.text)
         except ValueError as exc:
             self.error = f"/metrics is not Prometheus text: {exc}"
             self._dead = True

@@ -5,7 +5,9 @@ first chunk ``ttft-ms`` after the request arrives and one chunk every ``itl-ms``
 that (on an absolute schedule, so sleeps do not drift), ``max_tokens`` chunks in all,
 then a usage chunk (``choices: []``) and ``[DONE]``. ``0`` for both makes a zero-cost
 server (the load generator's overhead benchmark). It answers HTTP 500 for the model
-``broken``, and serves a small vLLM-style ``/metrics`` unless ``--no-metrics``.
+``broken``, and serves a small vLLM-style ``/metrics`` unless ``--no-metrics``;
+``--metrics-padding N`` adds N lines of other families, as a real vLLM page has
+(histograms the load generator does not read).
 """
 
 from __future__ import annotations
@@ -27,8 +29,13 @@ __all__ = ["build_app", "main"]
 _LABELS = 'model_name="stub",engine="0"'
 
 
-def build_app(ttft_s: float, itl_s: float, *, metrics: bool = True) -> Starlette:
+def build_app(ttft_s: float, itl_s: float, *, metrics: bool = True,
+              metrics_padding: int = 0) -> Starlette:
     state = {"running": 0, "generation": 0, "prompt": 0, "requests": 0}
+    # Built once: rendering it per scrape would stall this server's own streams.
+    padding = "".join(["# TYPE vllm:request_params_n histogram\n"] + [
+        f'vllm:request_params_n_bucket{{{_LABELS},le="{i}"}} {i}\n'
+        for i in range(metrics_padding)]) if metrics_padding else ""
 
     async def stream(body: dict[str, Any], chat: bool) -> AsyncIterator[bytes]:
         start = time.perf_counter()
@@ -94,7 +101,7 @@ def build_app(ttft_s: float, itl_s: float, *, metrics: bool = True) -> Starlette
             "# TYPE vllm:num_preemptions counter",
             f"vllm:num_preemptions_total{{{_LABELS}}} 0",
         ]
-        return PlainTextResponse("\n".join(lines) + "\n")
+        return PlainTextResponse("\n".join(lines) + "\n" + padding)
 
     return Starlette(routes=[
         Route("/v1/completions", endpoint(False), methods=["POST"]),
@@ -114,8 +121,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--ttft-ms", type=float, default=100.0)
     parser.add_argument("--itl-ms", type=float, default=20.0)
     parser.add_argument("--no-metrics", action="store_true")
+    parser.add_argument("--metrics-padding", type=int, default=0)
     args = parser.parse_args(argv)
-    app = build_app(args.ttft_ms / 1000.0, args.itl_ms / 1000.0, metrics=not args.no_metrics)
+    app = build_app(args.ttft_ms / 1000.0, args.itl_ms / 1000.0, metrics=not args.no_metrics,
+                    metrics_padding=args.metrics_padding)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
     return 0
 

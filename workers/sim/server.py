@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from workers.sim import tokenizer
 from workers.sim.config import (
+    SIM_ENGINE_VERSION,
     EngineConfig,
     EngineConfigError,
     MemoryPlan,
@@ -66,6 +67,12 @@ class _GenerationParams(BaseModel):
 class CompletionRequest(_GenerationParams):
     prompt: str | list[int] | list[str] | list[list[int]]
     max_tokens: int | None = Field(default=16, ge=1)
+
+
+class TokenizeRequest(BaseModel):
+    model: str | None = None
+    prompt: str
+    add_special_tokens: bool = True
 
 
 class ChatMessage(BaseModel):
@@ -178,6 +185,16 @@ class SimServer:
         @app.get("/metrics")
         async def metrics() -> Response:
             return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
+
+        @app.post("/tokenize")
+        async def tokenize(body: TokenizeRequest) -> Response:
+            """vLLM's route: the prompt's token ids (here: one per word; no special tokens)."""
+            err = self._check_model(body.model)
+            if err is not None:
+                return err
+            ids = tokenizer.encode(body.prompt, self.config.model.vocab_size)
+            return JSONResponse({"count": len(ids), "max_model_len": self.config.max_model_len,
+                                 "tokens": ids, "token_strs": None})
 
         @app.post("/reset_prefix_cache")
         async def reset_prefix_cache() -> Response:
@@ -349,15 +366,23 @@ def _configure_logging() -> None:
 def serve_from_args(args: argparse.Namespace) -> int:
     """Validate, size memory, log vLLM's start-up lines, then serve until SIGTERM."""
     _configure_logging()
-    log.info("vLLM API server (slotune simulated engine) version 0.0.0+sim")
+    # vLLM 0.32 prints its version in a banner here, and again in the engine core's
+    # "Initializing a V1 LLM engine (v…) with config" line (one of the start-up lines).
+    log.info("slotune simulated vLLM engine, version %s", SIM_ENGINE_VERSION)
     log.info("non-default args: %s", {k: v for k, v in vars(args).items() if v is not None})
     try:
         config = config_from_args(args)
         plan = plan_memory(config)
     except (EngineConfigError, ValueError) as exc:
-        # vLLM dies at start-up with the exception's sentence as the last line.
-        log.error("EngineCore failed to start.")
-        print(f"ValueError: {exc}", file=sys.stderr, flush=True)
+        # vLLM dies at start-up with the exception's sentence at the end: a pydantic
+        # ValidationError for an argument its config classes refuse, else (memory
+        # sizing in the engine core) a ValueError after "EngineCore failed to start.".
+        if isinstance(exc, EngineConfigError) and exc.config_class is not None:
+            lines = exc.log_lines()
+        else:
+            log.error("EngineCore failed to start.")
+            lines = [f"ValueError: {exc}"]
+        print("\n".join(lines), file=sys.stderr, flush=True)
         return 1
     # vLLM would see these devices; the trial worker reads the line back as a fact.
     log.info("CUDA_VISIBLE_DEVICES=%s", os.environ.get("CUDA_VISIBLE_DEVICES", ""))
@@ -377,7 +402,7 @@ def serve_from_args(args: argparse.Namespace) -> int:
             uv_server.should_exit = True
 
     server = SimServer(config, plan, startup_delay=max(0.0, delay), on_crash=shut_down)
-    log.info("Starting vLLM API server on http://%s:%d", args.host, args.port)
+    log.info("Starting vLLM server on http://%s:%d", args.host, args.port)
 
     # The stdlib loop: its timers never fire early (uvloop rounds sub-millisecond sleeps).
     uv_config = uvicorn.Config(server.app, host=args.host, port=args.port, log_level="warning",

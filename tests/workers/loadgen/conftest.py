@@ -22,3 +22,11 @@ def stub_url_no_metrics() -> Iterator[str]:
     url, proc = start_stub("--no-metrics")
     yield url
     stop(proc)
+
+
+@pytest.fixture(scope="session")
+def stub_url_big_metrics() -> Iterator[str]:
+    """The same stub with a /metrics page larger than vLLM's (5,000 lines it does not read)."""
+    url, proc = start_stub("--metrics-padding", "5000")
+    yield url
+    stop(proc)
