@@ -219,9 +219,12 @@ def run(
     except REQUEST_ERRORS as exc:
         raise _fail(reason(exc), 2) from None
     try:
-        resolve(request)  # refuse a bad request before a database is created for it
+        resolved_space = resolve(request)[0]  # refuse a bad request before any database
     except REQUEST_ERRORS as exc:
         raise _fail(reason(exc), 2) from None
+    if executor == "virtual" and resolved_space.engine != "sim":
+        raise _fail(f"--executor virtual runs the simulated engine only; space "
+                    f"{resolved_space.name!r} runs {resolved_space.engine}: use --executor ray", 2)
     store, url = _store(database_url, migrate=True)
     try:
         sweep = queue_sweep(store, request)

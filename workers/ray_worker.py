@@ -120,6 +120,7 @@ def trial_options(spec: TrialSpec) -> dict[str, Any]:
     if spec.device == "cpu":
         # vLLM's CPU build: one core per tensor-parallel rank, and no GPU at all.
         options.update(num_gpus=0, num_cpus=spec.tensor_parallel_size)
+        return options
     resources = trial_resources(spec) if _cluster_has_gpu_types() else {}
     if resources:
         options["resources"] = resources

@@ -138,3 +138,35 @@ def test_to_trial_spec_merges_fixed_args_and_knobs() -> None:
 def test_bad_slo_text_is_refused_at_load() -> None:
     with pytest.raises(SpaceError, match="slo"):
         parse_space({**MINIMAL, "slo": "ttfx:300"})
+
+
+def _vllm_space(**changes: object) -> dict[str, object]:
+    return {**MINIMAL, "engine": "vllm", **changes}
+
+
+def test_vllm_spaces_take_the_cpu_and_gpu_kinds_the_simulator_does_not_model() -> None:
+    cpu = parse_space(_vllm_space(gpu="cpu"))
+    spec = cpu.to_trial_spec(cpu.defaults(), "t")
+    assert spec.device == "cpu" and spec.engine == "vllm"
+    assert parse_space(_vllm_space(gpu="b200")).to_trial_spec({}, "t").device == "gpu"
+    with pytest.raises(SpaceError, match="simulated engine models catalogue GPUs"):
+        parse_space({**MINIMAL, "gpu": "cpu"})
+    with pytest.raises(SpaceError, match="not a name"):
+        parse_space(_vllm_space(gpu="H100 SXM; rm -rf"))
+
+
+def test_engine_binary_and_a_local_model_directory(tmp_path: Path) -> None:
+    model = tmp_path / "models" / "tiny"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    path = write(tmp_path, _vllm_space(model="./models/tiny", engine_binary="/opt/v/bin/vllm"))
+    space = load_space(path)
+    assert space.model == str(model.resolve())  # relative to the space file, stored absolute
+    spec = space.to_trial_spec(space.defaults(), "t")
+    assert spec.model == str(model.resolve()) and spec.engine_binary == "/opt/v/bin/vllm"
+    with pytest.raises(SpaceError, match=r"has no config\.json"):
+        load_space(write(tmp_path, _vllm_space(model="./models/missing"), "bad.yaml"))
+    with pytest.raises(SpaceError, match="engine_binary is for engine: vllm"):
+        parse_space({**MINIMAL, "engine_binary": "/opt/v/bin/vllm"})
+    # A Hugging Face name stays a name; an absolute path names a directory on the workers.
+    assert parse_space(_vllm_space(model="/models/llama")).model == "/models/llama"

@@ -14,6 +14,7 @@ from workers.ray_worker import (
     log_excerpt,
     parse_gpu_types,
     redact_log,
+    trial_options,
     trial_resources,
 )
 
@@ -70,3 +71,11 @@ def test_the_stored_excerpt_carries_no_secret(tmp_path: Path) -> None:
     excerpt = log_excerpt(log, redact=lambda text: redact_log(
         text, s, {"HF_TOKEN": "hf_abcdef123456", "PATH": "/usr/bin"}))
     assert excerpt == "HF_TOKEN=*** api key *** ok\n"
+
+
+def test_cpu_trials_ask_ray_for_cpus_not_gpus() -> None:
+    spec = TrialSpec(trial_id="c", engine="vllm", model="m", device="cpu",
+                     knobs={"tensor_parallel_size": 2}, workload=Workload(), slo=SLO(ttft=1))
+    options = trial_options(spec)
+    assert options["num_gpus"] == 0 and options["num_cpus"] == 2
+    assert gpu_type_resource(spec, {"cpu": "cpu"}) is None

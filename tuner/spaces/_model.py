@@ -219,8 +219,9 @@ class SearchSpace(_Strict):
     description: str = ""
     engine: EngineKind = "sim"
     model: str = Field(min_length=1)
-    """A Hugging Face name, or (vllm) a local model directory: ``/abs``, ``./rel`` or
-    ``~/…``, relative to the space file; stored absolute."""
+    """A Hugging Face name, or (vllm) a model directory: ``/abs`` (as the workers see it),
+    or ``./rel`` / ``~/…`` on this machine (relative to the space file; must hold a
+    ``config.json``; stored absolute)."""
     gpu: str = "h100-sxm"
     """sim: a catalogue GPU (``--sim-gpu``). vllm: the GPU kind the trials run on (a
     catalogue name or any label, e.g. ``b200``), or ``cpu`` for vLLM's CPU build."""
@@ -254,8 +255,8 @@ class SearchSpace(_Strict):
     @field_validator("model", mode="after")
     @classmethod
     def _model_path(cls, value: str, info: ValidationInfo) -> str:
-        if not value.startswith(("/", "./", "../", "~")):
-            return value  # a Hugging Face name
+        if not value.startswith(("./", "../", "~")):
+            return value  # a Hugging Face name, or a directory on the workers (absolute)
         base = (info.context or {}).get("base_dir") or Path.cwd()
         path = (Path(base) / Path(value).expanduser()).resolve()
         if not (path / "config.json").is_file():

@@ -11,8 +11,8 @@ that does not parse) gives an unavailable summary, never an exception.
 from __future__ import annotations
 
 import asyncio
-import re
 import contextlib
+import re
 import time
 from dataclasses import dataclass, field
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.procscan import engine_pids
 from tuner.store import Store
@@ -62,8 +63,14 @@ def test_sweep_run_with_ray_and_the_simulated_engine(postgres_url: str,
     assert engine_pids() == []
 
 
-def test_user_mistakes_get_one_line_and_exit_2(migrated_url: str) -> None:
+def test_user_mistakes_get_one_line_and_exit_2(migrated_url: str, tmp_path: Path) -> None:
+    vllm_space = tmp_path / "vllm-space.yaml"
+    vllm_space.write_text(yaml.safe_dump({
+        "name": "v", "engine": "vllm", "model": "Qwen/Qwen2.5-7B-Instruct", "gpu": "cpu",
+        "knobs": {"max_num_seqs": {"type": "values", "values": [8, 64]}}}))
     for args, fragment in (
+        (["sweep", "run", "--space", str(vllm_space), "--executor", "virtual",
+          "--database-url", migrated_url], "--executor virtual runs the simulated engine only"),
         (["sweep", "run", "--space", "no-such-space", "--database-url", migrated_url],
          "unknown search space"),
         (["sweep", "run", "--strategy", "annealing", "--database-url", migrated_url],

@@ -231,3 +231,40 @@ INFO 01-01 [core.py] init engine (profile, create kv cache, warmup model) took 4
     assert facts["startup_phases_s"] == {"load_weights": 3.21, "model_loading": 4.012,
                                          "torch_compile": 21.5, "graph_capture": 12.0,
                                          "init_engine": 41.62}
+
+
+def test_vllm_binary_comes_from_the_space_else_the_environment_else_path(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SLOTUNE_VLLM_BIN", raising=False)
+    assert make_engine(make_spec("vllm", engine_binary=None), tmp_path).argv(1)[0] == "vllm"
+    monkeypatch.setenv("SLOTUNE_VLLM_BIN", "/env/bin/vllm")
+    assert make_engine(make_spec("vllm", engine_binary=None), tmp_path).argv(1)[0] == \
+        "/env/bin/vllm"
+    assert make_engine(make_spec("vllm", engine_binary="/space/vllm"), tmp_path).argv(1)[0] == \
+        "/space/vllm"
+
+
+def test_a_missing_vllm_binary_fails_the_start_and_says_what_to_set(tmp_path: Path) -> None:
+    spec = make_spec("vllm", engine_binary=str(tmp_path / "no-such-vllm"))
+    engine = make_engine(spec, tmp_path)
+    with pytest.raises(EngineFailure, match="SLOTUNE_VLLM_BIN") as info:
+        engine.start()
+    assert info.value.failure == "crashed" and engine.state is EngineState.FAILED
+    engine.stop()
+
+
+def test_vllm_environment_carries_what_vllm_reads(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("DATABASE_URL", "postgresql://u:pw@h/db")
+    monkeypatch.delenv("VLLM_CACHE_ROOT", raising=False)
+    env = make_engine(make_spec("vllm"), tmp_path, gpu_ids=["0"]).environment()
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "0" and env["HF_HUB_OFFLINE"] == "1"
+    assert "DATABASE_URL" not in env
+    assert env["VLLM_CACHE_ROOT"].startswith(str(tmp_path))  # nothing shared between trials
+    assert "VLLM_TARGET_DEVICE" not in env and env["CUDA_VISIBLE_DEVICES"] == "0"
+    cpu = make_engine(make_spec("vllm", device="cpu"), tmp_path, gpu_ids=["0"]).environment()
+    assert cpu["VLLM_TARGET_DEVICE"] == "cpu" and "CUDA_VISIBLE_DEVICES" not in cpu
+    # The simulated engine reads none of vLLM's variables.
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in make_engine(make_spec("sim"), tmp_path).environment()

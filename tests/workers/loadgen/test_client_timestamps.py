@@ -9,6 +9,7 @@ arrival and never stamp a later write early or an earlier one late.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import threading
 import time
@@ -85,7 +86,7 @@ def test_each_event_carries_the_arrival_of_the_write_that_brought_it(server_url:
     for stamps in by_write:  # events of one write arrived together
         assert max(stamps) - min(stamps) < 0.002
     firsts = [stamps[0] for stamps in by_write]
-    gaps = [b - a for a, b in zip(firsts, firsts[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(firsts)]
     # each later write was stamped a write-gap later, not early (bunched) nor late
     assert all(GAP_S * 0.7 < g < GAP_S * 1.8 for g in gaps), gaps
 
