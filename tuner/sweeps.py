@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from tuner.db.records import SweepRecord
 from tuner.spaces import SearchSpace, SpaceError, load_space, parse_space
@@ -25,10 +25,41 @@ from workers.loadgen.workload_files import parse_workload
 __all__ = ["SweepBudget", "SweepRequest", "queue_sweep", "resolve_space"]
 
 
-class SweepBudget(BaseModel):
-    """When a sweep stops searching (whichever comes first)."""
+SEED_MAX = 2**32 - 1
+"""Optuna's samplers (numpy's RandomState) take seeds in [0, 2**32 - 1]."""
 
-    model_config = ConfigDict(extra="forbid")
+
+def _check_text(value: Any, where: str = "request") -> None:
+    """Refuse text that cannot be stored or printed (a lone UTF-16 surrogate)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"{where}: text must be valid Unicode (it holds a lone "
+                             "surrogate such as \\ud800, which cannot be stored)") from None
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_text(key, where)
+            _check_text(item, f"{where}.{key}")
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _check_text(item, where)
+
+
+class _Request(BaseModel):
+    # Finite numbers only: NaN passes every comparison bound as False, and Infinity was
+    # stored as null (a GPU-hour budget of "no budget").
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _encodable(cls, data: Any) -> Any:
+        _check_text(data)
+        return data
+
+
+class SweepBudget(_Request):
+    """When a sweep stops searching (whichever comes first)."""
 
     max_trials: int = Field(20, ge=1, le=10_000)
     max_gpu_hours: float | None = Field(None, gt=0)
@@ -44,10 +75,8 @@ class SweepBudget(BaseModel):
     confirm_repeats: int = Field(3, ge=2, le=10)
 
 
-class SweepRequest(BaseModel):
+class SweepRequest(_Request):
     """A sweep to queue."""
-
-    model_config = ConfigDict(extra="forbid")
 
     space: str | dict[str, Any] = "lab"
     """A shipped space name (``lab``), a YAML path, or the space inline."""
@@ -59,7 +88,8 @@ class SweepRequest(BaseModel):
     strategy: str = DEFAULT_STRATEGY
     mode: ObjectiveMode | None = None
     budget: SweepBudget = Field(default_factory=SweepBudget)
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=SEED_MAX)
+    """The sampler's seed (Optuna takes 0 … 2**32 - 1)."""
     owner: str | None = Field(None, max_length=200)
 
     @field_validator("strategy")

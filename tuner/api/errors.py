@@ -13,6 +13,7 @@ import logging
 from collections.abc import Sequence
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from sqlalchemy.exc import DataError
@@ -51,9 +52,29 @@ ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
 
 
 def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
     app.add_exception_handler(StorageError, _storage_error)  # type: ignore[arg-type]
     app.add_exception_handler(PlanError, _plan_error)  # type: ignore[arg-type]
     app.add_exception_handler(InvalidInput, _invalid_input)  # type: ignore[arg-type]
+
+
+def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    """FastAPI's 422 shape, rendered from what can always be rendered.
+
+    FastAPI's own handler echoes each error's ``input``: a NaN there cannot be written as
+    JSON and a lone surrogate cannot be encoded, so the 422 became a 500 (and the broken
+    response reset the connection for the next request). Only loc, msg and type go back.
+    """
+    detail = [{"loc": [_printable(p) for p in err.get("loc", ())],
+               "msg": _printable(err.get("msg", "invalid")),
+               "type": _printable(err.get("type", "value_error"))} for err in exc.errors()]
+    return JSONResponse({"detail": detail}, status_code=422)
+
+
+def _printable(part: object) -> str | int:
+    if isinstance(part, int) and not isinstance(part, bool):
+        return part
+    return str(part).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _storage_error(_request: Request, exc: StorageError) -> JSONResponse:

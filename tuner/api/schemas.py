@@ -208,7 +208,7 @@ class WorkloadOut(_Out):
 class CapacityIn(BaseModel):
     """How many replicas for ``target_rps`` of ``workload``?"""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     workload: str = Field(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)
     model: str | None = Field(None, min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)

@@ -196,3 +196,33 @@ async def test_dashboard_pages_are_served_when_installed(
         assert page.text == "<h1>sweep</h1>" and page.headers["content-type"].startswith(
             "text/html")
         assert (await client.get("/static/app.js")).text == "console.log(1)"
+
+
+@pytest.mark.parametrize(("raw", "field"), [
+    (b'{"seed": -1}', ["body", "seed"]),
+    (b'{"seed": 18446744073709551616}', ["body", "seed"]),  # 2**64
+    (b'{"seed": 4294967296}', ["body", "seed"]),  # 2**32: past numpy's RandomState
+    (b'{"budget": {"max_gpu_hours": NaN}}', ["body", "budget", "max_gpu_hours"]),
+    (b'{"budget": {"max_gpu_hours": Infinity}}', ["body", "budget", "max_gpu_hours"]),
+    (b'{"name": "\\ud800"}', ["body"]),
+    (b'{"owner": "ops-\\udfff"}', ["body"]),
+])
+async def test_unrunnable_sweep_requests_are_422_and_the_next_request_still_works(
+        client: httpx.AsyncClient, store: Store, raw: bytes, field: list[str]) -> None:
+    response = await client.post("/api/v1/sweeps", content=raw,
+                                 headers={**WRITE, "Content-Type": "application/json"})
+    assert response.status_code == 422, response.text
+    assert field in [e["loc"][:len(field)] for e in response.json()["detail"]]
+    assert store.list_sweeps().count == 0
+    # The refusal was a whole response: the connection serves the next request.
+    assert (await client.get("/api/v1/sweeps")).status_code == 200
+
+
+@pytest.mark.parametrize("rps", [b"NaN", b"Infinity", b"-Infinity"])
+async def test_non_finite_capacity_targets_are_422(client: httpx.AsyncClient,
+                                                  rps: bytes) -> None:
+    body = b'{"workload": "lab", "target_rps": ' + rps + b"}"
+    response = await client.post("/api/v1/capacity", content=body,
+                                 headers={"Content-Type": "application/json"})
+    assert response.status_code == 422, response.text
+    assert ["body", "target_rps"] in [e["loc"] for e in response.json()["detail"]]

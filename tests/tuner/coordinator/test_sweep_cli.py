@@ -68,6 +68,7 @@ def test_user_mistakes_get_one_line_and_exit_2(migrated_url: str, tmp_path: Path
     vllm_space.write_text(yaml.safe_dump({
         "name": "v", "engine": "vllm", "model": "Qwen/Qwen2.5-7B-Instruct", "gpu": "cpu",
         "knobs": {"max_num_seqs": {"type": "values", "values": [8, 64]}}}))
+    before = Store(migrated_url).list_sweeps().count
     for args, fragment in (
         (["sweep", "run", "--space", str(vllm_space), "--executor", "virtual",
           "--database-url", migrated_url], "--executor virtual runs the simulated engine only"),
@@ -75,6 +76,8 @@ def test_user_mistakes_get_one_line_and_exit_2(migrated_url: str, tmp_path: Path
          "unknown search space"),
         (["sweep", "run", "--strategy", "annealing", "--database-url", migrated_url],
          "unknown strategy"),
+        (["sweep", "run", "--seed", "-1", "--database-url", migrated_url],
+         "seed: Input should be greater than or equal to 0"),
         (["sweep", "status", "999999", "--database-url", migrated_url], "999999"),
         (["sweep", "cancel", "999999", "--database-url", migrated_url], "999999"),
     ):
@@ -82,3 +85,4 @@ def test_user_mistakes_get_one_line_and_exit_2(migrated_url: str, tmp_path: Path
         assert result.returncode == 2, (args, result.stdout, result.stderr)
         assert fragment in result.stderr
         assert "Traceback" not in result.stderr
+    assert Store(migrated_url).list_sweeps().count == before  # refused before any row
