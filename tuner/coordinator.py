@@ -21,7 +21,6 @@ budget says whether to continue.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import threading
@@ -220,15 +219,24 @@ class SweepRunner:
         # sweep's study name, so `optuna-dashboard DATABASE_URL` shows it.
         sampler = make_strategy(name, self.space, seed=self.seed).study.sampler
         storage = optuna_storage(self.database_url)
-        if not self.sweep.progress and self.sweep.optuna_study_name:
-            # A first run owns its study name: drop a stale study left under it (a sweep
-            # deleted earlier whose id the database handed out again).
-            with contextlib.suppress(KeyError):
-                optuna.delete_study(study_name=self.sweep.optuna_study_name, storage=storage)
-        study = optuna.create_study(
-            study_name=self.sweep.optuna_study_name, storage=storage,
+        # The study is created once, by the first claim, and found again by every later
+        # one (resume, takeover, a restart before any trial finished): its trial numbers
+        # go on and its history stays. Only a study left under the same name by another
+        # sweep (a deleted sweep whose id the database handed out again) is replaced.
+        key = f"{self.sweep.id}@{self.sweep.created_at.isoformat()}"
+        study_name = self.sweep.optuna_study_name or f"slotune-sweep-{self.sweep.id}"
+        try:
+            found = optuna.load_study(study_name=study_name, storage=storage, sampler=sampler)
+        except KeyError:
+            found = None
+        if found is not None and not _study_belongs(found.user_attrs, key, self.sweep.id):
+            optuna.delete_study(study_name=study_name, storage=storage)
+            found = None
+        study = found or optuna.create_study(
+            study_name=study_name, storage=storage,
             direction="maximize", sampler=sampler, load_if_exists=True)
         study.set_user_attr("slotune_sweep_id", self.sweep.id)
+        study.set_user_attr(STUDY_KEY_ATTR, key)
         return make_strategy(name, self.space, study=study, seed=self.seed)
 
     def _resume(self) -> None:
@@ -685,3 +693,13 @@ class Coordinator:
             if once and not self._threads:
                 return
             stop.wait(poll_s)
+
+
+STUDY_KEY_ATTR = "slotune_sweep_key"
+"""The study's owner: sweep id and creation time (ids can be handed out again)."""
+
+
+def _study_belongs(attrs: dict[str, Any], key: str, sweep_id: int) -> bool:
+    if STUDY_KEY_ATTR in attrs:
+        return bool(attrs[STUDY_KEY_ATTR] == key)
+    return bool(attrs.get("slotune_sweep_id") == sweep_id)  # made before the key existed
