@@ -674,25 +674,45 @@ class Coordinator:
               stop: threading.Event | None = None) -> None:
         """Run queued sweeps as they come, each in its own thread, sharing the GPUs."""
         stop = stop or threading.Event()
+        outage = _Outage()
         while not stop.is_set():
             for sweep_id, thread in list(self._threads.items()):
                 if not thread.is_alive():
                     del self._threads[sweep_id]
-            while len(self._threads) < self.max_sweeps:
-                sweep = self.store.claim_next_sweep(self.coordinator_id,
-                                                    stale_after_s=STALE_AFTER_S)
-                if sweep is None:
-                    break
-                runner = SweepRunner(self.store, sweep, self.executor,
-                                     coordinator_id=self.coordinator_id,
-                                     database_url=self.database_url, share=self.share)
-                thread = threading.Thread(target=runner.run, name=f"sweep-{sweep.id}",
-                                          daemon=True)
-                self._threads[sweep.id] = thread
-                thread.start()
+            try:
+                self._claim_and_start()
+            except TRANSIENT_STORAGE_ERRORS as exc:
+                # Ride it out: the sweeps already running keep their results in their
+                # outboxes; claiming resumes when the database answers again.
+                outage.failed(exc)
+                stop.wait(outage.backoff_s(poll_s))
+                continue
+            outage.recovered()
             if once and not self._threads:
                 return
             stop.wait(poll_s)
+
+    def _claim_and_start(self) -> None:
+        while len(self._threads) < self.max_sweeps:
+            sweep = self.store.claim_next_sweep(self.coordinator_id,
+                                                stale_after_s=STALE_AFTER_S)
+            if sweep is None:
+                return
+            try:
+                runner = SweepRunner(self.store, sweep, self.executor,
+                                     coordinator_id=self.coordinator_id,
+                                     database_url=self.database_url, share=self.share)
+            except TRANSIENT_STORAGE_ERRORS:
+                raise  # claimed but not started: it goes stale and is claimed again
+            except Exception as exc:  # a sweep that can never start must not stop the rest
+                log.error("sweep %s cannot start: %s", sweep.id, exc)
+                self.store.update_sweep(sweep.id, status="failed",
+                                        stop_reason=f"cannot start: {exc}"[:500])
+                continue
+            thread = threading.Thread(target=runner.run, name=f"sweep-{sweep.id}",
+                                      daemon=True)
+            self._threads[sweep.id] = thread
+            thread.start()
 
 
 STUDY_KEY_ATTR = "slotune_sweep_key"
@@ -703,3 +723,29 @@ def _study_belongs(attrs: dict[str, Any], key: str, sweep_id: int) -> bool:
     if STUDY_KEY_ATTR in attrs:
         return bool(attrs[STUDY_KEY_ATTR] == key)
     return bool(attrs.get("slotune_sweep_id") == sweep_id)  # made before the key existed
+
+
+class _Outage:
+    """One log line when the database goes away, one when it is back; backoff between."""
+
+    MAX_BACKOFF_S = 30.0
+
+    def __init__(self) -> None:
+        self.since: float | None = None
+        self.attempts = 0
+
+    def failed(self, exc: Exception) -> None:
+        if self.since is None:
+            self.since = time.monotonic()
+            log.warning("database unavailable (%s); retrying with backoff until it is back",
+                        " ".join(str(exc).split())[:200])
+        self.attempts += 1
+
+    def backoff_s(self, poll_s: float) -> float:
+        return float(min(self.MAX_BACKOFF_S, poll_s * 2 ** min(self.attempts - 1, 5)))
+
+    def recovered(self) -> None:
+        if self.since is not None:
+            log.warning("the database is back after %.0f s; claiming sweeps again",
+                        time.monotonic() - self.since)
+        self.since, self.attempts = None, 0

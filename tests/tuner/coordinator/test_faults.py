@@ -28,6 +28,8 @@ import pytest
 
 from tests.procscan import engine_pids
 from tuner.coordinator import Coordinator
+from tuner.db.errors import StorageError
+from tuner.db.models import Sweep
 from tuner.db.optuna_storage import optuna_storage
 from tuner.executors import RayExecutor, VirtualExecutor
 from tuner.store import Store
@@ -299,3 +301,59 @@ def test_engine_log_over_its_disk_budget_is_capped_and_the_trial_scores(
     # The newest output (the engine's start-up lines) survived, and was read for facts.
     assert "GPU KV cache size" in text
     assert result.engine.kv_cache_tokens and result.engine.kv_cache_tokens > 100_000
+
+
+def test_serving_coordinator_rides_out_a_postgres_stop_then_runs_what_is_queued(
+        postgres_store: Store, postgres_url: str) -> None:
+    store = postgres_store
+    coordinator = subprocess.Popen(
+        [SLOTUNE, "coordinator", "--executor", "virtual", "--poll", "0.5",
+         "--database-url", postgres_url],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    try:
+        assert coordinator.stdout is not None
+        assert "serving sweeps" in coordinator.stdout.readline()
+        try:
+            _postgres("stop")
+            time.sleep(12)
+            assert coordinator.poll() is None, "the coordinator died with the database"
+        finally:
+            _postgres("start")
+        sweep = _wait_for(lambda: _queue_when_up(store), 60, "Postgres to accept a sweep")
+        final = _wait_for(lambda: (s := store.get_sweep(sweep)).status in ("done", "failed")
+                          and s, 120, "the sweep queued after the outage to finish")
+        assert final.status == "done", final.stop_reason
+        assert coordinator.poll() is None
+    finally:
+        coordinator.terminate()
+        _, err = coordinator.communicate(timeout=30)
+    # One line when the outage began and one when it ended, not one per retry.
+    assert err.count("database unavailable") == 1, err[-2000:]
+    assert err.count("the database is back") == 1, err[-2000:]
+    assert "Traceback" not in err
+
+
+def _queue_when_up(store: Store) -> int | None:
+    try:
+        request = SweepRequest(space="lab", strategy="random",
+                               budget=SweepBudget(max_trials=3, confirm_top=0))
+        return queue_sweep(store, request).id
+    except StorageError:
+        return None
+
+
+def test_a_sweep_that_cannot_start_fails_alone_and_the_next_one_runs(
+        store: Store, migrated_url: str) -> None:
+    # A row queued before seeds were checked at the edge: its sampler refuses the seed.
+    bad = queue_sweep(store, SweepRequest(space="lab", budget=SweepBudget(max_trials=2)))
+    with Store(migrated_url) as raw, raw._sessions.begin() as session:
+        row = session.get(Sweep, bad.id)
+        assert row is not None
+        row.budget = {**row.budget, "seed": -1}
+    good = queue_sweep(store, SweepRequest(space="lab", strategy="random",
+                                           budget=SweepBudget(max_trials=2, confirm_top=0)))
+    Coordinator(store, VirtualExecutor(2), database_url=migrated_url).serve(poll_s=0.2,
+                                                                            once=True)
+    assert store.get_sweep(bad.id).status == "failed"
+    assert "seed" in (store.get_sweep(bad.id).stop_reason or "").lower()
+    assert store.get_sweep(good.id).status == "done"
