@@ -210,6 +210,8 @@ class SweepRunner:
         self._outbox: deque[deque[Callable[[], object]]] = deque()
         self._unrecorded = 0
         self._outage: str | None = None
+        self.lease_lost = False
+        """Another coordinator took the sweep over: every write of this one stops."""
 
     # ---- setup --------------------------------------------------------------------
 
@@ -270,6 +272,8 @@ class SweepRunner:
         try:
             self._resume()
             stop = self._search()
+            if self.lease_lost:
+                return self.store.get_sweep(self.sweep.id)
             if not self.cancelled:
                 self._progress(phase="confirm", stop_reason=stop)
                 self._confirm()
@@ -280,7 +284,8 @@ class SweepRunner:
                                            progress=self.progress(phase="done",
                                                                   stop_reason=stop))
         except BaseException:
-            self._abandon()
+            if not self.lease_lost:
+                self._abandon()
             raise
         finally:
             self.share.leave(self.sweep.id)
@@ -414,6 +419,15 @@ class SweepRunner:
                 except TRANSIENT_STORAGE_ERRORS as exc:
                     self._note_outage(exc)
                     return False
+                except Conflict as exc:
+                    # A late result for a row that moved on (a successor marked it lost
+                    # and re-ran it): kept once, by the successor; this copy is dropped.
+                    log.warning("sweep %s: a late result was refused and dropped: %s",
+                                self.sweep.id, exc)
+                    steps.clear()
+                    if self._lost_lease():
+                        self.cancelled = True
+                    break
                 steps.popleft()
             self._outbox.popleft()
         if self._outage is not None:
@@ -421,6 +435,16 @@ class SweepRunner:
                         self.sweep.id)
             self._outage = None
         return True
+
+    def _lost_lease(self) -> bool:
+        """True (once noted, for good) when another coordinator holds this sweep now."""
+        if not self.lease_lost:
+            current = self.store.get_sweep(self.sweep.id)
+            if current.claimed_by not in (None, self.coordinator_id):
+                log.warning("sweep %s: taken over by %s while this coordinator stalled; "
+                            "stopping without touching it", self.sweep.id, current.claimed_by)
+                self.lease_lost = True
+        return self.lease_lost
 
     def _note_outage(self, exc: Exception) -> None:
         if self._outage is None:
@@ -553,6 +577,8 @@ class SweepRunner:
             for handle in list(self.running):
                 self.executor.cancel(handle)
             self.running.clear()
+            if self._lost_lease():
+                return False  # another coordinator owns it now: touch nothing of its
             self.store.recover_orphans(self.sweep.id)
             return False
         try:

@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,14 +28,14 @@ import optuna
 import pytest
 
 from tests.procscan import engine_pids
-from tuner.coordinator import Coordinator
+from tuner.coordinator import Coordinator, SweepRunner
 from tuner.db.errors import StorageError
 from tuner.db.models import Sweep
 from tuner.db.optuna_storage import optuna_storage
 from tuner.executors import RayExecutor, VirtualExecutor
 from tuner.store import Store
 from tuner.sweeps import SweepBudget, SweepRequest, queue_sweep
-from workers.contracts import SLO, SimOptions, TrialSpec
+from workers.contracts import SLO, SimOptions, TrialResult, TrialSpec
 from workers.trial import run_trial
 
 pytestmark = pytest.mark.slow
@@ -357,3 +358,32 @@ def test_a_sweep_that_cannot_start_fails_alone_and_the_next_one_runs(
     assert store.get_sweep(bad.id).status == "failed"
     assert "seed" in (store.get_sweep(bad.id).stop_reason or "").lower()
     assert store.get_sweep(good.id).status == "done"
+
+
+def test_a_stalled_owner_that_wakes_after_a_takeover_touches_nothing_of_its_successor(
+        store: Store, migrated_url: str) -> None:
+    sweep = queue_sweep(store, SweepRequest(space="lab", strategy="random",
+                                            budget=SweepBudget(max_trials=4, confirm_top=0)))
+    old = store.claim_sweep(sweep.id, "coordinator-old")
+    assert old is not None
+    stalled = SweepRunner(store, old, VirtualExecutor(2), coordinator_id="coordinator-old",
+                          database_url=migrated_url)
+    mine = store.start_trial(sweep.id, number=0, params={"max_num_seqs": 64}, attempt=1,
+                             worker="coordinator-old")
+    # The owner stalls (SIGSTOP); a successor takes over, recovers the orphan, runs its own.
+    assert store.claim_sweep(sweep.id, "coordinator-new", stale_after_s=0) is not None
+    assert [o.number for o in store.recover_orphans(sweep.id)] == [0]
+    theirs = store.start_trial(sweep.id, number=1, params={"max_num_seqs": 128}, attempt=1,
+                               worker="coordinator-new")
+    # The old owner wakes up: its late result is refused and dropped, its heartbeat finds
+    # the lease gone, and it stops without recovering orphans of a sweep it lost.
+    late = TrialResult(trial_id="late", status="ok", objective=3.0)
+    stalled._outbox.append(deque([lambda: store.finish_trial(mine.id, late)]))
+    assert stalled._drain()
+    stalled._last_beat = 0.0
+    assert stalled._beat() is False and stalled.lease_lost
+    rows = {t.number: t for t in store.list_trials(sweep.id).data}
+    assert rows[0].status == "lost" and rows[0].objective is None  # dropped, not kept twice
+    assert rows[1].id == theirs.id and rows[1].status == "running"  # the successor's, intact
+    current = store.get_sweep(sweep.id)
+    assert current.status == "running" and current.claimed_by == "coordinator-new"
