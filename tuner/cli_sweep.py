@@ -226,31 +226,39 @@ def run(
         raise _fail(f"--executor virtual runs the simulated engine only; space "
                     f"{resolved_space.name!r} runs {resolved_space.engine}: use --executor ray", 2)
     store, url = _store(database_url, migrate=True)
+    from tuner.coordinator import new_coordinator_id
+
+    # The executor (Ray) starts before the sweep's row exists, and the row is written
+    # already held by this process: a coordinator polling the same database can never
+    # take a foreground sweep in the gap, and a bad executor leaves no row behind.
+    runner = _executor(executor, gpus)
     try:
-        sweep = queue_sweep(store, request)
-    except REQUEST_ERRORS as exc:
-        raise _fail(reason(exc), 2) from None
-    console = Console()
-    console.print(f"sweep {sweep.id}: space {space}, strategy {strategy}, {trials} trials, "
-                  f"database {redact_url(url)}, executor {executor}")
-    final = _run(store, url, sweep, executor, gpus, console)
+        me = new_coordinator_id()
+        try:
+            sweep = queue_sweep(store, request, claimed_by=me)
+        except REQUEST_ERRORS as exc:
+            raise _fail(reason(exc), 2) from None
+        console = Console()
+        console.print(f"sweep {sweep.id}: space {space}, strategy {strategy}, {trials} "
+                      f"trials, database {redact_url(url)}, executor {executor}")
+        final = _run(store, url, sweep, runner, console, coordinator_id=me)
+    finally:
+        runner.shutdown()
     raise typer.Exit(_finish(store, final, console, report_dir))
 
 
-def _run(store: Any, url: str, sweep: SweepRecord, executor: str, gpus: int,
-         console: Console, *, takeover: bool = False) -> SweepRecord:
+def _run(store: Any, url: str, sweep: SweepRecord, runner: Any, console: Console, *,
+         takeover: bool = False, coordinator_id: str | None = None) -> SweepRecord:
     from tuner.coordinator import Coordinator
 
-    runner = _executor(executor, gpus)
     try:
-        return _run_with_progress(Coordinator(store, runner, database_url=url), sweep, console,
+        return _run_with_progress(Coordinator(store, runner, database_url=url,
+                                              coordinator_id=coordinator_id), sweep, console,
                                   takeover=takeover)
     except Conflict as exc:
         raise _fail(str(exc), 1) from None
     except KeyboardInterrupt:
         raise _fail(f"interrupted; resume with `slotune sweep resume {sweep.id}`", 1) from None
-    finally:
-        runner.shutdown()
 
 
 @sweep_app.command("submit")
@@ -327,7 +335,11 @@ def resume(
     except (NotFound, Conflict) as exc:
         raise _fail(str(exc), 2) from None
     console = Console()
-    final = _run(store, url, sweep, executor, gpus, console, takeover=takeover)
+    runner = _executor(executor, gpus)
+    try:
+        final = _run(store, url, sweep, runner, console, takeover=takeover)
+    finally:
+        runner.shutdown()
     raise typer.Exit(_finish(store, final, console, report_dir))
 
 

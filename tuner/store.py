@@ -183,8 +183,12 @@ class Store:
         budget: Mapping[str, Any] | None = None,
         owner: str | None = None,
         optuna_study_name: str | None = None,
+        claimed_by: str | None = None,
     ) -> SweepRecord:
         """A new ``queued`` sweep; its workload is stored (upserted) in the same write.
+
+        With ``claimed_by`` the sweep is born ``running`` under that coordinator (one
+        write: no other coordinator can claim it first).
 
         ``optuna_study_name`` defaults to :func:`study_name_for` of the new id; a name
         already used by another sweep is a :class:`Conflict`.
@@ -192,12 +196,14 @@ class Store:
         return _again_on_conflict(lambda: self._create_sweep(
             name=name, workload=workload, slo=slo, space=space, model=model, gpu=gpu,
             strategy=strategy, mode=mode, budget=budget, owner=owner,
-            optuna_study_name=optuna_study_name))
+            optuna_study_name=optuna_study_name, claimed_by=claimed_by))
 
     def _create_sweep(self, *, name: str, workload: Workload, slo: SLO,
                       space: Mapping[str, Any], model: str, gpu: str, strategy: str,
                       mode: ObjectiveMode, budget: Mapping[str, Any] | None,
-                      owner: str | None, optuna_study_name: str | None) -> SweepRecord:
+                      owner: str | None, optuna_study_name: str | None,
+                      claimed_by: str | None) -> SweepRecord:
+        now = utcnow()
         with self._session() as session:
             workload_row = _upsert_workload(session, workload)
             sweep = Sweep(
@@ -206,6 +212,9 @@ class Store:
                 strategy=strategy, mode=mode, status="queued", budget=dict(budget or {}),
                 progress={}, owner=owner, optuna_study_name=optuna_study_name,
             )
+            if claimed_by is not None:
+                sweep.status, sweep.claimed_by = "running", claimed_by
+                sweep.heartbeat_at = sweep.started_at = now
             session.add(sweep)
             session.flush()
             if sweep.optuna_study_name is None:

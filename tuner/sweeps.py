@@ -122,8 +122,10 @@ def resolve(request: SweepRequest) -> tuple[SearchSpace, Workload, SLO]:
     return space, workload, slo
 
 
-def queue_sweep(store: Store, request: SweepRequest) -> SweepRecord:
-    """Store a ``queued`` sweep for a coordinator to run."""
+def queue_sweep(store: Store, request: SweepRequest, *,
+                claimed_by: str | None = None) -> SweepRecord:
+    """Store a ``queued`` sweep for a coordinator to run (or, with ``claimed_by``, one
+    already ``running`` under that coordinator: ``sweep run`` in the foreground)."""
     space, workload, slo = resolve(request)
     return store.create_sweep(
         name=request.name or f"{space.name}-{request.strategy}",
@@ -131,7 +133,7 @@ def queue_sweep(store: Store, request: SweepRequest) -> SweepRecord:
         space=space.model_dump(mode="json"),
         model=space.model, gpu=space.gpu, strategy=request.strategy, mode=space.mode,
         budget={**request.budget.model_dump(mode="json"), "seed": request.seed},
-        owner=request.owner,
+        owner=request.owner, claimed_by=claimed_by,
     )
 
 

@@ -387,3 +387,24 @@ def test_a_stalled_owner_that_wakes_after_a_takeover_touches_nothing_of_its_succ
     assert rows[1].id == theirs.id and rows[1].status == "running"  # the successor's, intact
     current = store.get_sweep(sweep.id)
     assert current.status == "running" and current.claimed_by == "coordinator-new"
+
+
+def test_a_foreground_sweep_is_born_held_so_a_polling_coordinator_cannot_take_it(
+        store: Store, migrated_url: str) -> None:
+    request = SweepRequest(space="lab", strategy="random",
+                           budget=SweepBudget(max_trials=2, confirm_top=0))
+    sweep = queue_sweep(store, request, claimed_by="coordinator-foreground")
+    assert sweep.status == "running" and sweep.claimed_by == "coordinator-foreground"
+    assert store.claim_next_sweep("coordinator-poller", stale_after_s=15.0) is None
+    final = Coordinator(store, VirtualExecutor(2), database_url=migrated_url,
+                        coordinator_id="coordinator-foreground").run_sweep(sweep.id)
+    assert final.status == "done"
+
+
+def test_sweep_run_with_an_unknown_executor_leaves_no_row(store: Store,
+                                                         migrated_url: str) -> None:
+    proc = subprocess.run([SLOTUNE, "sweep", "run", "--executor", "slurm", "--database-url",
+                           migrated_url], capture_output=True, text=True, timeout=120,
+                          stdin=subprocess.DEVNULL)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert store.list_sweeps().count == 0
