@@ -92,6 +92,16 @@ class SweepRequest(_Request):
     """The sampler's seed (Optuna takes 0 … 2**32 - 1)."""
     owner: str | None = Field(None, max_length=200)
 
+    @model_validator(mode="after")
+    def _deadline_ahead(self) -> SweepRequest:
+        deadline = self.budget.deadline
+        if deadline is not None:
+            now = datetime.now(deadline.tzinfo) if deadline.tzinfo else datetime.now()
+            if deadline <= now:
+                raise ValueError(f"budget.deadline {deadline.isoformat()} is in the past: no "
+                                 "trial could start; give a later time (e.g. tomorrow 07:00)")
+        return self
+
     @field_validator("strategy")
     @classmethod
     def _known_strategy(cls, value: str) -> str:

@@ -49,7 +49,7 @@ from workers.contracts import (
 from workers.engines import ENGINES
 from workers.loadgen.workload_files import WorkloadError, load_workload, parse_workload
 from workers.safe_yaml import YamlInputError, load_yaml_file
-from workers.sim.catalog import GPUS, UnknownCatalogEntry, get_gpu, get_model
+from workers.sim.catalog import GPUS, MODELS, UnknownCatalogEntry, get_gpu, get_model
 
 __all__ = [
     "BUILTIN_RULES",
@@ -312,9 +312,13 @@ class SearchSpace(_Strict):
             if self.engine_binary is not None:
                 raise ValueError("engine_binary: the simulated engine runs in slotune's own "
                                  "Python; engine_binary is for engine: vllm")
-            if self.model.startswith("/"):
-                raise ValueError(f"model {self.model!r}: the simulated engine models catalogue "
-                                 "models by name, not a local directory")
+            try:
+                get_model(self.model)
+            except UnknownCatalogEntry:
+                raise ValueError(
+                    f"model {self.model!r}: the simulated engine models catalogue models only; "
+                    f"valid: {', '.join(sorted(MODELS))} (a local directory or any other "
+                    "Hugging Face name needs engine: vllm)") from None
 
     def _check_engine_args(self) -> None:
         """Every argument is one the engine takes, with a plausible value."""
@@ -461,10 +465,17 @@ _LABEL = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 # --- loading -----------------------------------------------------------------------------
 
 
+_FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
+
+
 def _format(exc: ValidationError, where: str) -> str:
     lines = []
     for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        # A key that is no field name is a line of some other file (``--space
+        # /etc/shadow``): say so, never echo it.
+        loc = ".".join(str(p) if _FIELD_NAME.fullmatch(str(p)) or isinstance(p, int)
+                       else "(a key that is not a field name)" for p in err["loc"]) \
+            or "(top level)"
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "union_tag_invalid":
             msg = f"unknown knob type; valid: {', '.join(KNOB_TYPES)}"

@@ -68,6 +68,12 @@ def test_user_mistakes_get_one_line_and_exit_2(migrated_url: str, tmp_path: Path
     vllm_space.write_text(yaml.safe_dump({
         "name": "v", "engine": "vllm", "model": "Qwen/Qwen2.5-7B-Instruct", "gpu": "cpu",
         "knobs": {"max_num_seqs": {"type": "values", "values": [8, 64]}}}))
+    shadow = tmp_path / "shadow"
+    shadow.write_text("root:$6$saltsalt$hashhashhash:19000:0:99999:7:::\n")
+    unknown_model = tmp_path / "unknown-model.yaml"
+    unknown_model.write_text(yaml.safe_dump({
+        "name": "u", "model": "Foo/Bar-1B", "gpu": "rtx4090",
+        "knobs": {"max_num_seqs": {"type": "values", "values": [8, 64]}}}))
     before = Store(migrated_url).list_sweeps().count
     for args, fragment in (
         (["sweep", "run", "--space", str(vllm_space), "--executor", "virtual",
@@ -78,6 +84,12 @@ def test_user_mistakes_get_one_line_and_exit_2(migrated_url: str, tmp_path: Path
          "unknown strategy"),
         (["sweep", "run", "--seed", "-1", "--database-url", migrated_url],
          "seed: Input should be greater than or equal to 0"),
+        (["sweep", "run", "--deadline", "2020-01-01T07:00", "--database-url", migrated_url],
+         "is in the past"),
+        (["sweep", "run", "--space", str(unknown_model), "--database-url", migrated_url],
+         "the simulated engine models catalogue models only"),
+        (["sweep", "run", "--space", str(shadow), "--database-url", migrated_url],
+         "not a field name"),
         (["sweep", "status", "999999", "--database-url", migrated_url], "999999"),
         (["sweep", "cancel", "999999", "--database-url", migrated_url], "999999"),
     ):
@@ -85,4 +97,5 @@ def test_user_mistakes_get_one_line_and_exit_2(migrated_url: str, tmp_path: Path
         assert result.returncode == 2, (args, result.stdout, result.stderr)
         assert fragment in result.stderr
         assert "Traceback" not in result.stderr
+        assert "hashhash" not in result.stderr  # a file that is no space is never echoed
     assert Store(migrated_url).list_sweeps().count == before  # refused before any row
