@@ -172,13 +172,7 @@ def test_kill_9_mid_sweep_then_resume_accounts_for_every_trial(store: Store,
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)
     assert store.get_sweep(sweep_id).status == "running"
-    done = subprocess.run([SLOTUNE, "sweep", "resume", str(sweep_id), "--takeover",
-                           "--executor", "virtual", "--database-url", migrated_url],
-                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
-    assert done.returncode in (0, 3), done.stderr
-    assert store.get_sweep(sweep_id).status == "done"
-    rows = store.list_trials(sweep_id).data
-    assert not [t for t in rows if t.status in ("running", "pending")]
+    rows = _resume_to_done(store, sweep_id, migrated_url)
     measured = [repr(sorted(t.params.items())) for t in rows
                 if t.status in ("ok", "failed", "infeasible")]
     assert len(measured) == len(set(measured)) == 24  # none duplicated, the whole budget
@@ -213,13 +207,7 @@ def test_kill_9_before_the_first_trial_ends_then_resume_finishes_the_study(
     proc.wait(timeout=10)
     sweep = store.get_sweep(sweep_id)
     assert sweep.status == "running" and not sweep.progress.get("done")
-    done = subprocess.run([SLOTUNE, "sweep", "resume", str(sweep_id), "--takeover",
-                           "--executor", "virtual", "--database-url", migrated_url],
-                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
-    assert done.returncode in (0, 3), done.stderr
-    assert store.get_sweep(sweep_id).status == "done"
-    rows = store.list_trials(sweep_id).data
-    assert not [t for t in rows if t.status in ("running", "pending")]
+    rows = _resume_to_done(store, sweep_id, migrated_url)
     assert len({(t.number, t.attempt) for t in rows}) == len(rows)  # no number reused
     measured = [t for t in rows if t.status in ("ok", "failed", "infeasible")]
     assert len(measured) == 4
@@ -230,6 +218,18 @@ def test_kill_9_before_the_first_trial_ends_then_resume_finishes_the_study(
     states = [t.state for t in study.get_trials(deepcopy=False)]
     assert optuna.trial.TrialState.RUNNING not in states
     assert optuna.trial.TrialState.FAIL in states  # the killed coordinator's asks
+
+
+def _resume_to_done(store: Store, sweep_id: int, url: str) -> list[Any]:
+    """``sweep resume --takeover`` as an operator runs it; the sweep ends done, none running."""
+    done = subprocess.run([SLOTUNE, "sweep", "resume", str(sweep_id), "--takeover",
+                           "--executor", "virtual", "--database-url", url],
+                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert done.returncode in (0, 3), done.stderr
+    assert store.get_sweep(sweep_id).status == "done"
+    rows = store.list_trials(sweep_id).data
+    assert not [t for t in rows if t.status in ("running", "pending")]
+    return rows
 
 
 def _postgres(action: str) -> None:
