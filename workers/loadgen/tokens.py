@@ -28,7 +28,8 @@ MAX_POOL = 4096
 """Distinct ids kept: far more than random prompts need to never share a block by chance."""
 WORDS_PER_CALL = 256
 """Words tokenized per call: stays under any server's max_model_len for one prompt."""
-MAX_CALLS = 25
+MIN_WORDS_PER_CALL = 8
+MAX_CALLS = 40
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,27 +48,56 @@ class TokenPool:
 
 
 async def fetch_token_pool(client: httpx.AsyncClient, model: str) -> TokenPool | None:
-    """The server's token pool, or None when it cannot tokenize (no ``/tokenize`` route)."""
+    """The server's token pool, or None when it cannot tokenize (no ``/tokenize`` route).
+
+    A server that refuses a chunk (a small ``max_model_len``) is asked again with half as
+    many words, down to a few.
+    """
     seen: dict[int, None] = {}
-    for call in range(MAX_CALLS):
-        chunk = VOCABULARY[call * WORDS_PER_CALL:(call + 1) * WORDS_PER_CALL]
-        if not chunk or len(seen) >= MAX_POOL:
-            break
+    words_per_call, start, calls = WORDS_PER_CALL, 0, 0
+    while start < len(VOCABULARY) and len(seen) < MAX_POOL and calls < MAX_CALLS:
+        chunk = VOCABULARY[start:start + words_per_call]
+        calls += 1
         try:
-            response = await client.post(
-                "/tokenize", timeout=30.0,
-                json={"model": model, "prompt": " ".join(chunk), "add_special_tokens": False})
-        except httpx.HTTPError:
+            tokens = await _tokenize(client, model, " ".join(chunk))
+        except _NoTokenizer:
             return None
-        if response.status_code != 200:
-            return None
-        try:
-            tokens = response.json().get("tokens")
-        except ValueError:
-            return None
-        if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
-            return None
+        if tokens is None:  # refused this much text at once
+            if words_per_call <= MIN_WORDS_PER_CALL:
+                return _pool(seen)
+            words_per_call //= 2
+            continue
         for token in tokens:
-            seen.setdefault(int(token), None)
+            seen.setdefault(token, None)
+        start += len(chunk)
+    return _pool(seen)
+
+
+class _NoTokenizer(Exception):
+    """The server has no usable ``/tokenize`` (no such route, or it does not answer)."""
+
+
+async def _tokenize(client: httpx.AsyncClient, model: str, text: str) -> list[int] | None:
+    """The text's token ids; None when the server refused this text (too long, …)."""
+    try:
+        response = await client.post(
+            "/tokenize", timeout=30.0,
+            json={"model": model, "prompt": text, "add_special_tokens": False})
+    except httpx.HTTPError as exc:
+        raise _NoTokenizer from exc
+    if response.status_code in (404, 405, 501):
+        raise _NoTokenizer
+    if response.status_code != 200:
+        return None
+    try:
+        tokens = response.json().get("tokens")
+    except (ValueError, AttributeError):
+        raise _NoTokenizer from None
+    if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+        raise _NoTokenizer
+    return [int(t) for t in tokens]
+
+
+def _pool(seen: dict[int, None]) -> TokenPool | None:
     ids = tuple(seen)[:MAX_POOL]
     return TokenPool(ids) if ids else None
