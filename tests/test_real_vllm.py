@@ -135,6 +135,8 @@ def test_sweep_on_real_vllm_through_the_coordinator_on_ray(tmp_path: Path) -> No
     booted = [json.loads(r) for s, _, r in rows if s == "ok"]
     assert all(r["engine"]["engine_version"].startswith("0.32") for r in booted)
     assert all(r["engine"]["kv_cache_tokens"] for r in booted)
-    assert all(r["metrics"]["total_input_tokens"] == PROMPTS * INPUT_LEN for r in booted)
+    # every prompt is INPUT_LEN tokens to the server (a run may stop early: count completed)
+    assert all(r["metrics"]["total_input_tokens"] == INPUT_LEN * r["metrics"]["completed"]
+               for r in booted)
     assert "vllm serve" in proc.stdout and realvllm.tiny_model() in proc.stdout
     assert specs and all(engine_pids(spec["trial_id"]) == [] for spec in specs)
