@@ -121,8 +121,8 @@ def test_sweep_on_real_vllm_through_the_coordinator_on_ray(tmp_path: Path) -> No
     with sqlite3.connect(db) as conn:
         rows = conn.execute("SELECT status, params, result FROM sweep_trials "
                             "ORDER BY number, attempt").fetchall()
-        specs = [json.loads(r) for (r,) in conn.execute("SELECT spec FROM sweep_trials")
-                 if r]
+        specs = [spec for (r,) in conn.execute("SELECT spec FROM sweep_trials")
+                 if r and (spec := json.loads(r))]  # an infeasible trial has none
     by_config: dict[tuple[tuple[str, Any], ...], list[str]] = {}
     for status, params, _ in rows:
         by_config.setdefault(tuple(sorted(json.loads(params).items())), []).append(status)
