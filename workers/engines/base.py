@@ -49,10 +49,6 @@ from typing import IO, ClassVar
 import httpx
 
 from workers.contracts import EngineFacts, FailureClass, KnobValue, TrialSpec
-from workers.engines._log_patterns import _FACT_PATTERNS as _FACT_PATTERNS
-from workers.engines._log_patterns import _INVALID_PATTERNS as _INVALID_PATTERNS
-from workers.engines._log_patterns import _OOM_PATTERNS as _OOM_PATTERNS
-from workers.engines._log_patterns import _PHASE_PATTERNS as _PHASE_PATTERNS
 from workers.engines._log_patterns import classify_failure as classify_failure
 from workers.engines._log_patterns import error_sentence
 from workers.engines._log_patterns import parse_startup_log as parse_startup_log
@@ -293,7 +289,7 @@ class EngineAdapter(abc.ABC):
         """Base variables, the allow-listed passthrough, and the GPUs Ray assigned."""
         env = {k: os.environ[k] for k in BASE_ENV if k in os.environ}
         for name, value in os.environ.items():
-            if name.startswith(self.env_prefixes) and self.env_prefixes:
+            if self.env_prefixes and name.startswith(self.env_prefixes):
                 env[name] = value
         for name in self.spec.env_passthrough:
             if name in os.environ:
