@@ -25,6 +25,7 @@ A strategy wraps one Optuna study (direction ``maximize``) and one search space.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -237,6 +238,12 @@ class Strategy(ABC):
         return self._known.get(params_key(params))
 
     def _tell_optuna(self, trial: optuna.trial.Trial, result: TrialResult) -> None:
+        # A retry (the database went away as it answered) of a tell whose commit did
+        # land: Optuna has it already, and the rest of the bookkeeping goes on.
+        with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
+            self._tell_optuna_once(trial, result)
+
+    def _tell_optuna_once(self, trial: optuna.trial.Trial, result: TrialResult) -> None:
         if self.report_constraints:
             for key, value in constraint_values(result).items():
                 trial.set_constraint(key, value)
