@@ -61,10 +61,15 @@ _WANTED = frozenset({*GAUGES, *_GAUGE_ALIASES, *COUNTERS,
 
 def _wanted_lines(text: str) -> str:
     """Only the samples the summary reads: vLLM's page has many more families, and
-    parsing them all costs the client's event loop time it needs to stamp streams."""
+    parsing them all costs the client's event loop time it needs to stamp streams.
+    Raises ``ValueError`` when the first sample line is no Prometheus sample."""
     kept = []
+    checked = False
     for line in text.splitlines():
-        if line and not line.startswith("#"):
+        if line.strip() and not line.startswith("#"):
+            if not checked and not _SAMPLE.match(line):
+                raise ValueError(f"not a sample line: {line[:80]!r}")
+            checked = True
             end = min((i for i in (line.find("{"), line.find(" ")) if i >= 0), default=-1)
             if end > 0 and line[:end] in _WANTED:
                 kept.append(line)
@@ -77,9 +82,6 @@ def parse_metrics(text: str) -> Snapshot:
     Only the families in :data:`GAUGES`, :data:`COUNTERS` and :data:`HISTOGRAMS` are read.
     """
     out: Snapshot = {}
-    first = next((ln for ln in text.splitlines() if ln.strip() and not ln.startswith("#")), None)
-    if first is not None and not _SAMPLE.match(first):
-        raise ValueError(f"not a sample line: {first[:80]!r}")
     for family in text_string_to_metric_families(_wanted_lines(text)):
         for sample in family.samples:
             name = _GAUGE_ALIASES.get(sample.name, sample.name)
