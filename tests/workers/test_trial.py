@@ -22,6 +22,7 @@ import pytest
 from tests.procscan import engine_pids
 from workers.contracts import SLO, CapacitySearch, SimOptions, TrialResult, TrialSpec
 from workers.loadgen import load_workload
+from workers.sim_trial import run_virtual_trial
 from workers.trial import run_trial, run_trial_async
 
 pytestmark = pytest.mark.slow
@@ -177,9 +178,12 @@ def test_capacity_mode_finds_the_highest_passing_rate_on_one_engine() -> None:
     assert passing and failing
     assert result.capacity == max(passing) == result.objective
     assert result.capacity < min(failing) <= result.capacity * 1.15 + 1e-9
-    # A 4090 with fp8 weights carries the lab shape at about 8 req/s in the simulator
-    # (less when this 2-core machine is busy: client and engine share it).
-    assert 3.0 < result.capacity < 12.0
+    # The live answer agrees with the virtual-time pipeline's for the same spec (both run
+    # the simulator's step-time model; the live one adds real scheduling on a shared 2-core
+    # machine, and a p99 of 60 requests per probe is noisy, hence the wide band).
+    virtual = run_virtual_trial(spec)
+    assert virtual.capacity is not None
+    assert 0.6 * virtual.capacity < result.capacity < 1.6 * virtual.capacity
 
 
 def test_vllm_adapter_runs_a_whole_trial_against_the_vllm_compatible_entry(
