@@ -17,6 +17,11 @@ alone. A :class:`SweepRunner` drives one claimed sweep:
 
 Three roles stay apart: the executor runs trials, the strategy says what to try, the
 budget says whether to continue.
+
+Every write a runner makes for its sweep carries the :class:`~tuner.db.records.Lease` its
+claim returned. When the store refuses one (:class:`LeaseLost`: the sweep was claimed
+again while this coordinator stalled), the runner stops its trials and touches nothing
+more of the sweep: its late results are dropped with a log line, its successor owns them.
 """
 
 from __future__ import annotations
@@ -30,14 +35,14 @@ from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import optuna
 from sqlalchemy import exc as sa_exc
 
-from tuner.db.errors import Conflict, StorageUnavailable
+from tuner.db.errors import Conflict, LeaseLost, StorageUnavailable
 from tuner.db.optuna_storage import optuna_storage
-from tuner.db.records import SweepRecord, TrialRecord
+from tuner.db.records import Lease, SweepRecord, TrialRecord
 from tuner.executors import TrialExecutor
 from tuner.spaces import SearchSpace
 from tuner.store import Store
@@ -182,8 +187,11 @@ class SweepRunner:
     def __init__(self, store: Store, sweep: SweepRecord, executor: TrialExecutor, *,
                  coordinator_id: str, database_url: str, share: GpuShare | None = None,
                  on_progress: ProgressFn | None = None) -> None:
+        if sweep.lease is None:
+            raise ValueError(f"sweep {sweep.id} is not claimed: claim it before running it")
         self.store = store
         self.sweep = sweep
+        self.lease: Lease = sweep.lease
         self.executor = executor
         self.coordinator_id = coordinator_id
         self.database_url = database_url
@@ -202,7 +210,7 @@ class SweepRunner:
         self.cancelled = False
         self._last_beat = 0.0
         self._durations: list[float] = []
-        self._deferred: tuple[Proposal, TrialSpec] | None = None
+        self._deferred: tuple[Proposal, TrialSpec | None] | None = None
         self.confirmation: list[dict[str, Any]] = []
         self.unconfirmed: str | None = None
         # Finished trials whose recording waits for the database (it may be restarting):
@@ -243,7 +251,7 @@ class SweepRunner:
 
     def _resume(self) -> None:
         study = self.strategy.study
-        orphans = self.store.recover_orphans(self.sweep.id)
+        orphans = self.store.recover_orphans(self.sweep.id, lease=self.lease)
         running = {t.number: t for t in study.get_trials(
             deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))}
         for number in running:
@@ -272,17 +280,21 @@ class SweepRunner:
         try:
             self._resume()
             stop = self._search()
-            if self.lease_lost:
-                return self.store.get_sweep(self.sweep.id)
             if not self.cancelled:
                 self._progress(phase="confirm", stop_reason=stop)
                 self._confirm()
+            if self.lease_lost:
+                return self.store.get_sweep(self.sweep.id)
             if self.cancelled:
                 self._progress(phase="cancelled", stop_reason=stop)
                 return self.store.get_sweep(self.sweep.id)
             return self.store.update_sweep(self.sweep.id, status="done", stop_reason=stop,
                                            progress=self.progress(phase="done",
-                                                                  stop_reason=stop))
+                                                                  stop_reason=stop),
+                                           lease=self.lease)
+        except LeaseLost as exc:
+            self._fenced_out(exc)
+            return self.store.get_sweep(self.sweep.id)
         except BaseException:
             if not self.lease_lost:
                 self._abandon()
@@ -304,6 +316,8 @@ class SweepRunner:
                 else:
                     time.sleep(HEARTBEAT_S / 2)
                 continue
+            if self.lease_lost:
+                return "lease lost"
             stop = stop or self.budget.stop_reason(
                 trials=self._trials_started(), gpu_hours=self.gpu_hours,
                 since_improvement=self.since_improvement)
@@ -342,30 +356,46 @@ class SweepRunner:
                 proposal = self.strategy.ask()
                 if proposal is None:
                     break
-                if proposal.preset is not None:
-                    row = self.store.start_trial(self.sweep.id, number=proposal.number,
-                                                 params=proposal.params, attempt=1,
-                                                 worker=self.coordinator_id)
-                    self._enqueue_record(row, proposal, proposal.preset, 0)
-                    self._drain()
-                    launched = True
-                    continue
-                spec = self._spec(proposal.params, f"s{self.sweep.id}-t{proposal.number}-a1")
+                spec = None if proposal.preset is not None else self._spec(
+                    proposal.params, f"s{self.sweep.id}-t{proposal.number}-a1")
+                # Held here until it is recorded: a database outage retries the same one.
                 self._deferred = (proposal, spec)
             proposal, spec = self._deferred
+            if spec is None:  # breaks a rule of the space: recorded without booting
+                row = self._start_trial(proposal, None, attempt=1)
+                self._deferred = None
+                self._enqueue_record(row, proposal, cast(TrialResult, proposal.preset), 0)
+                self._drain()
+                launched = True
+                continue
             gpus = spec.tensor_parallel_size
             if not self.share.acquire(self.sweep.id, gpus):
                 break  # held until a GPU group of its size is free
+            try:
+                row = self._start_trial(proposal, spec, attempt=1)
+            except BaseException:
+                self.share.release(self.sweep.id, gpus)
+                raise
             self._deferred = None
-            row = self.store.start_trial(self.sweep.id, number=proposal.number,
-                                         params=proposal.params, spec=spec, attempt=1,
-                                         worker=self.coordinator_id)
             self.running[self.executor.submit(spec)] = _Running(row, proposal, spec, gpus)
             launched = True
         return launched
 
+    def _start_trial(self, proposal: Proposal, spec: TrialSpec | None, *,
+                     attempt: int) -> TrialRecord:
+        try:
+            return self.store.start_trial(self.sweep.id, number=proposal.number,
+                                          params=proposal.params, spec=spec, attempt=attempt,
+                                          worker=self.coordinator_id, lease=self.lease)
+        except LeaseLost:
+            if attempt == 1:  # asked but never recorded: Optuna must not keep it RUNNING
+                self.strategy.withdraw(proposal)
+            raise
+
     def _finished(self, handle: Hashable, result: TrialResult) -> None:
-        run = self.running.pop(handle)
+        run = self.running.pop(handle, None)
+        if run is None:
+            return  # cancelled meanwhile (the lease was lost while results came in)
         self.share.release(self.sweep.id, run.gpus)
         if distorted(result) and run.row.attempt < MAX_ATTEMPTS:
             # The load generator says it could not keep its schedule, and the gate failed:
@@ -375,8 +405,9 @@ class SweepRunner:
                 run.row.attempt < MAX_ATTEMPTS and _transient(result):
             # Transient: record this attempt, run the same params again.
             self.gpu_hours += gpu_hours(result, run.gpus)
-            self._outbox.append(deque([lambda: self.store.finish_trial(run.row.id, result),
-                                       lambda: self._relaunch(run)]))
+            self._outbox.append(deque([
+                lambda: self.store.finish_trial(run.row.id, result, lease=self.lease),
+                lambda: self._relaunch(run)]))
         else:
             self._enqueue_record(run.row, run.proposal, result, run.gpus)
         self._drain()
@@ -385,9 +416,7 @@ class SweepRunner:
         attempt = run.row.attempt + 1
         spec = run.spec.model_copy(update={
             "trial_id": f"s{self.sweep.id}-t{run.proposal.number}-a{attempt}"})
-        row = self.store.start_trial(self.sweep.id, number=run.proposal.number,
-                                     params=run.proposal.params, spec=spec,
-                                     attempt=attempt, worker=self.coordinator_id)
+        row = self._start_trial(run.proposal, spec, attempt=attempt)
         self.share.acquire(self.sweep.id, run.gpus)
         self.running[self.executor.submit(spec)] = _Running(row, run.proposal, spec, run.gpus)
 
@@ -404,7 +433,7 @@ class SweepRunner:
             self._progress(phase="search")
 
         self._outbox.append(deque([
-            lambda: stored.append(self.store.finish_trial(row.id, result)),
+            lambda: stored.append(self.store.finish_trial(row.id, result, lease=self.lease)),
             lambda: self.strategy.tell(proposal, result),
             account,
         ]))
@@ -419,14 +448,16 @@ class SweepRunner:
                 except TRANSIENT_STORAGE_ERRORS as exc:
                     self._note_outage(exc)
                     return False
+                except LeaseLost as exc:
+                    self._fenced_out(exc)
+                    self._outbox.clear()
+                    return True
                 except Conflict as exc:
-                    # A late result for a row that moved on (a successor marked it lost
-                    # and re-ran it): kept once, by the successor; this copy is dropped.
+                    # A late result for a row that moved on (marked lost by this
+                    # coordinator's own recovery): this copy is dropped.
                     log.warning("sweep %s: a late result was refused and dropped: %s",
                                 self.sweep.id, exc)
                     steps.clear()
-                    if self._lost_lease():
-                        self.cancelled = True
                     break
                 steps.popleft()
             self._outbox.popleft()
@@ -436,15 +467,17 @@ class SweepRunner:
             self._outage = None
         return True
 
-    def _lost_lease(self) -> bool:
-        """True (once noted, for good) when another coordinator holds this sweep now."""
+    def _fenced_out(self, exc: LeaseLost) -> None:
+        """The sweep was claimed again: stop its trials here, drop what waits, write nothing."""
         if not self.lease_lost:
-            current = self.store.get_sweep(self.sweep.id)
-            if current.claimed_by not in (None, self.coordinator_id):
-                log.warning("sweep %s: taken over by %s while this coordinator stalled; "
-                            "stopping without touching it", self.sweep.id, current.claimed_by)
-                self.lease_lost = True
-        return self.lease_lost
+            log.warning("sweep %s: this coordinator lost its lease (%s); stopping without "
+                        "touching the sweep, %d unrecorded result(s) dropped",
+                        self.sweep.id, exc, self._unrecorded + len(self._outbox))
+        self.lease_lost = self.cancelled = True
+        for handle in list(self.running):
+            self.executor.cancel(handle)
+        self.running.clear()
+        self._outbox.clear()
 
     def _note_outage(self, exc: Exception) -> None:
         if self._outage is None:
@@ -535,7 +568,7 @@ class SweepRunner:
         winner = top[params_index[params_key(outcome.winner.params)]][0]
         if outcome.winner.lcb > 0:
             # Confirmed only when the repeats hold the SLO: a lucky search run is not.
-            self.store.mark_confirmed(winner.id)
+            self.store.mark_confirmed(winner.id, lease=self.lease)
             self.best = (outcome.winner.mean, winner.id)
         else:
             self.best = None
@@ -567,25 +600,31 @@ class SweepRunner:
         if now - self._last_beat < HEARTBEAT_S and not self.cancelled:
             return True
         self._last_beat = now
+        if self.lease_lost:
+            return False
         try:
-            self.store.heartbeat_sweep(self.sweep.id, self.coordinator_id)
+            self.store.heartbeat_sweep(self.lease)
         except TRANSIENT_STORAGE_ERRORS as exc:
             self._note_outage(exc)
             return True
-        except Conflict:
+        except LeaseLost as exc:
+            self._fenced_out(exc)  # another coordinator owns it now: touch nothing of its
+            return False
+        except Conflict:  # cancelled (or finished) under this lease: stop, leave it resumable
             self.cancelled = True
             for handle in list(self.running):
                 self.executor.cancel(handle)
             self.running.clear()
-            if self._lost_lease():
-                return False  # another coordinator owns it now: touch nothing of its
-            self.store.recover_orphans(self.sweep.id)
+            self.store.recover_orphans(self.sweep.id, lease=self.lease)
             return False
         try:
             for run in self.running.values():
-                self.store.heartbeat_trial(run.row.id)
+                self.store.heartbeat_trial(run.row.id, lease=self.lease)
         except TRANSIENT_STORAGE_ERRORS as exc:
             self._note_outage(exc)
+        except LeaseLost as exc:
+            self._fenced_out(exc)
+            return False
         return True
 
     def _sync_cards(self) -> None:
@@ -601,12 +640,12 @@ class SweepRunner:
                     self.sweep.id, step=card.step, symptom=card.symptom,
                     evidence=card.evidence, hypothesis=card.hypothesis,
                     variable=card.variable, values=list(card.values),
-                    expected_direction=card.expected)
+                    expected_direction=card.expected, lease=self.lease)
             if card.verdict is not None and existing.verdict is None:
                 self.store.resolve_card(existing.id, result={
                     "summary": card.result, "results": data["results"],
                     "baseline_value": card.baseline_value}, verdict=card.verdict,
-                    rollback=card.rollback or None)
+                    rollback=card.rollback or None, lease=self.lease)
 
     def progress(self, *, phase: str, stop_reason: str | None = None) -> dict[str, Any]:
         statuses = [res.status for _, res in self.results]
@@ -639,8 +678,13 @@ class SweepRunner:
 
     def _progress(self, *, phase: str, stop_reason: str | None = None) -> None:
         progress = self.progress(phase=phase, stop_reason=stop_reason)
+        if self.lease_lost:
+            return
         try:
-            self.store.update_sweep(self.sweep.id, progress=progress)
+            self.store.update_sweep(self.sweep.id, progress=progress, lease=self.lease)
+        except LeaseLost as exc:
+            self._fenced_out(exc)
+            return
         except Conflict:
             self.cancelled = True
         except TRANSIENT_STORAGE_ERRORS as exc:
@@ -654,9 +698,12 @@ class SweepRunner:
             self.executor.cancel(handle)
         self.running.clear()
         try:
-            self.store.recover_orphans(self.sweep.id)
+            self.store.recover_orphans(self.sweep.id, lease=self.lease)
             self.store.update_sweep(self.sweep.id, status="failed",
-                                    stop_reason="coordinator stopped; resume it")
+                                    stop_reason="coordinator stopped; resume it",
+                                    lease=self.lease)
+        except LeaseLost as exc:
+            self._fenced_out(exc)
         except Exception:  # already failing: the original error is the one that matters
             log.exception("sweep %s: could not record the stop", self.sweep.id)
 
@@ -733,7 +780,8 @@ class Coordinator:
             except Exception as exc:  # a sweep that can never start must not stop the rest
                 log.error("sweep %s cannot start: %s", sweep.id, exc)
                 self.store.update_sweep(sweep.id, status="failed",
-                                        stop_reason=f"cannot start: {exc}"[:500])
+                                        stop_reason=f"cannot start: {exc}"[:500],
+                                        lease=sweep.lease)
                 continue
             thread = threading.Thread(target=runner.run, name=f"sweep-{sweep.id}",
                                       daemon=True)

@@ -10,6 +10,12 @@ State changes that can race (claiming a sweep, cancelling it while its coordinat
 finishes it, finishing a trial that orphan recovery just marked lost) are single
 conditional ``UPDATE … WHERE status IN (…)`` statements, atomic on SQLite and Postgres.
 
+Fencing: each claim of a sweep raises its ``lease_epoch`` and hands the claimer a
+:class:`Lease`. Every write a coordinator makes for the sweep and its trials passes that
+lease; the write's transaction first locks the sweep's row on the condition that the lease
+is still current (:func:`_hold`), so a claim either happens before it (the write is
+refused with :class:`LeaseLost`) or waits until it has committed.
+
 The schema comes from the migrations (``slotune db upgrade``); the store never creates it.
 """
 
@@ -27,6 +33,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from tuner.db.errors import (
     Conflict,
+    LeaseLost,
     NotFound,
     SchemaMissing,
     StorageError,
@@ -45,6 +52,7 @@ from tuner.db.models import (
 from tuner.db.records import (
     BestConfig,
     CardRecord,
+    Lease,
     OrphanTrial,
     Page,
     SweepRecord,
@@ -59,6 +67,8 @@ __all__ = [
     "BestConfig",
     "CardRecord",
     "Conflict",
+    "Lease",
+    "LeaseLost",
     "NotFound",
     "OrphanTrial",
     "Page",
@@ -213,7 +223,7 @@ class Store:
                 progress={}, owner=owner, optuna_study_name=optuna_study_name,
             )
             if claimed_by is not None:
-                sweep.status, sweep.claimed_by = "running", claimed_by
+                sweep.status, sweep.claimed_by, sweep.lease_epoch = "running", claimed_by, 1
                 sweep.heartbeat_at = sweep.started_at = now
             session.add(sweep)
             session.flush()
@@ -260,7 +270,9 @@ class Store:
 
         A queued sweep is claimed (→ running). A running one is claimed again by the
         same coordinator (a restart under the same id), or taken over when its holder's
-        heartbeat is older than ``stale_after_s`` (its coordinator died: resume).
+        heartbeat is older than ``stale_after_s`` (its coordinator died: resume). Every
+        claim starts a new lease (the record's :attr:`~SweepRecord.lease`): writes under
+        any earlier one are refused from now on.
         """
         now = utcnow()
         takeover: list[ColumnElement[bool]] = [Sweep.claimed_by == coordinator]
@@ -272,7 +284,7 @@ class Store:
         with self._session() as session:
             claimed = _rowcount(session, update(Sweep).where(Sweep.id == sweep_id, claimable)
                                 .values(status="running", claimed_by=coordinator,
-                                        heartbeat_at=now,
+                                        heartbeat_at=now, lease_epoch=Sweep.lease_epoch + 1,
                                         started_at=func.coalesce(Sweep.started_at, now)))
             sweep, name = _sweep_with_workload(session, sweep_id)
             return _sweep_record(sweep, name) if claimed else None
@@ -295,20 +307,21 @@ class Store:
                 return claimed
         return None
 
-    def heartbeat_sweep(self, sweep_id: int, coordinator: str) -> None:
-        """Say ``coordinator`` is still running the sweep.
+    def heartbeat_sweep(self, lease: Lease) -> None:
+        """Say the lease's holder is still running the sweep.
 
-        :class:`Conflict` when it no longer holds it (cancelled, finished, taken over):
-        the coordinator should stop.
+        :class:`LeaseLost` when the sweep was claimed again since (taken over, resumed
+        elsewhere); :class:`Conflict` when it is no longer running (cancelled, finished).
+        Either way the coordinator should stop.
         """
         with self._session() as session:
+            _hold(session, lease)
             done = _rowcount(session, update(Sweep).where(
-                Sweep.id == sweep_id, Sweep.status == "running", Sweep.claimed_by == coordinator,
+                Sweep.id == lease.sweep_id, Sweep.status == "running",
             ).values(heartbeat_at=utcnow()))
             if not done:
-                sweep, _ = _sweep_with_workload(session, sweep_id)
-                raise Conflict(f"sweep {sweep_id} is {sweep.status} and held by "
-                               f"{sweep.claimed_by!r}, not {coordinator!r}")
+                sweep, _ = _sweep_with_workload(session, lease.sweep_id)
+                raise Conflict(f"sweep {lease.sweep_id} is {sweep.status}")
 
     def update_sweep(
         self,
@@ -318,11 +331,13 @@ class Store:
         progress: Mapping[str, Any] | None = None,
         stop_reason: str | None = None,
         optuna_study_name: str | None = None,
+        lease: Lease | None = None,
     ) -> SweepRecord:
         """Change what is given. A status change must be allowed from the current status
         (queued → running → done/failed; queued/running → cancelled; failed/cancelled →
         queued to resume), else :class:`Conflict` — e.g. a cancelled sweep stays cancelled
-        when its coordinator reports ``done`` a moment later."""
+        when its coordinator reports ``done`` a moment later. Under ``lease`` the change
+        is made only while the lease is current (:class:`LeaseLost`)."""
         values: dict[str, Any] = {}
         if progress is not None:
             values["progress"] = dict(progress)
@@ -338,6 +353,8 @@ class Store:
             values["status"] = status
             values.update(_status_timestamps(status))
         with self._session() as session:
+            if lease is not None:
+                _hold(session, _same_sweep(lease, sweep_id))
             if values:
                 changed = _rowcount(session, update(Sweep).where(*where).values(**values))
                 if not changed:
@@ -374,6 +391,7 @@ class Store:
         worker: str | None = None,
         node: str | None = None,
         status: Literal["pending", "running"] = "running",
+        lease: Lease | None = None,
     ) -> TrialRecord:
         """Record Optuna trial ``number`` (attempt ``attempt``) as running on ``worker``.
 
@@ -384,6 +402,8 @@ class Store:
         config = dict(spec.engine_flags) if spec is not None else dict(params)
         with self._session() as session:
             _sweep_with_workload(session, sweep_id)  # NotFound rather than an FK error
+            if lease is not None:
+                _hold(session, _same_sweep(lease, sweep_id))
             trial = SweepTrial(
                 sweep_id=sweep_id, number=number, attempt=attempt, params=dict(params),
                 config=config, spec=spec.model_dump(mode="json") if spec else None,
@@ -394,10 +414,11 @@ class Store:
             session.flush()
             return TrialRecord.model_validate(trial)
 
-    def heartbeat_trial(self, trial_id: int) -> None:
+    def heartbeat_trial(self, trial_id: int, *, lease: Lease | None = None) -> None:
         """The trial is still being worked on; :class:`Conflict` once it has finished or is
         lost (its params were handed back for re-enqueue: stop and drop the result)."""
         with self._session() as session:
+            _hold_for_trial(session, lease, trial_id)
             done = _rowcount(session, update(SweepTrial).where(
                 SweepTrial.id == trial_id, SweepTrial.status.in_(UNFINISHED_TRIAL_STATUSES),
             ).values(heartbeat_at=utcnow()))
@@ -405,10 +426,12 @@ class Store:
                 trial = _get(session, SweepTrial, trial_id, "trial")
                 raise Conflict(f"trial {trial_id} is {trial.status}")
 
-    def finish_trial(self, trial_id: int, result: TrialResult) -> TrialRecord:
+    def finish_trial(self, trial_id: int, result: TrialResult, *,
+                     lease: Lease | None = None) -> TrialRecord:
         """Store what the trial learned: status, failure, objective, capacity, diagnosis,
         timings, and the whole result as JSON. Only an unfinished trial can finish
-        (:class:`Conflict` otherwise, e.g. after orphan recovery marked it lost)."""
+        (:class:`Conflict` otherwise, e.g. after orphan recovery marked it lost), and
+        under ``lease`` only while the lease is current (:class:`LeaseLost`)."""
         now = utcnow()
         values = {
             "status": result.status,
@@ -422,6 +445,7 @@ class Store:
             "heartbeat_at": now,
         }
         with self._session() as session:
+            _hold_for_trial(session, lease, trial_id)
             done = _rowcount(session, update(SweepTrial).where(
                 SweepTrial.id == trial_id, SweepTrial.status.in_(UNFINISHED_TRIAL_STATUSES),
             ).values(**values))
@@ -431,17 +455,22 @@ class Store:
             session.refresh(trial)
             return TrialRecord.model_validate(trial)
 
-    def recover_orphans(self, sweep_id: int) -> list[OrphanTrial]:
+    def recover_orphans(self, sweep_id: int, *, lease: Lease | None = None
+                        ) -> list[OrphanTrial]:
         """Mark the sweep's unfinished (pending/running) trials ``lost`` and return them.
 
         For a coordinator taking over a sweep whose previous coordinator died: the
         returned params are to be re-enqueued (and the Optuna trials failed). Idempotent:
         a second call finds nothing unfinished and returns ``[]``; the lost rows keep
-        their params (``list_trials(sweep_id, status="lost")``).
+        their params (``list_trials(sweep_id, status="lost")``). Under ``lease``, only
+        while it is current: a coordinator that lost the sweep never marks its
+        successor's trials lost.
         """
         now = utcnow()
         with self._session() as session:
             _sweep_with_workload(session, sweep_id)
+            if lease is not None:
+                _hold(session, _same_sweep(lease, sweep_id))
             candidates = session.scalars(
                 select(SweepTrial)
                 .where(SweepTrial.sweep_id == sweep_id,
@@ -485,10 +514,12 @@ class Store:
             rows = session.scalars(page).all()
             return Page(data=[TrialRecord.model_validate(r) for r in rows], count=count)
 
-    def mark_confirmed(self, trial_id: int, confirmed: bool = True) -> TrialRecord:
+    def mark_confirmed(self, trial_id: int, confirmed: bool = True, *,
+                       lease: Lease | None = None) -> TrialRecord:
         """Mark an ``ok`` trial as confirmed (it held up when re-run); it then ranks first
         in ``best_config_per_workload``."""
         with self._session() as session:
+            _hold_for_trial(session, lease, trial_id)
             trial = _get(session, SweepTrial, trial_id, "trial")
             if trial.status != "ok":
                 raise Conflict(f"trial {trial_id} is {trial.status}; only ok trials are "
@@ -513,10 +544,13 @@ class Store:
         result: Mapping[str, Any] | None = None,
         verdict: Verdict | None = None,
         rollback: Any = None,
+        lease: Lease | None = None,
     ) -> CardRecord:
         """One step of a guided sweep; a step number used twice is a :class:`Conflict`."""
         with self._session() as session:
             _sweep_with_workload(session, sweep_id)
+            if lease is not None:
+                _hold(session, _same_sweep(lease, sweep_id))
             card = ExperimentCard(
                 sweep_id=sweep_id, step=step, symptom=symptom, evidence=dict(evidence or {}),
                 hypothesis=hypothesis, variable=variable, values=list(values),
@@ -529,10 +563,12 @@ class Store:
             return CardRecord.model_validate(card)
 
     def resolve_card(self, card_id: int, *, result: Mapping[str, Any], verdict: Verdict,
-                     rollback: Any = None) -> CardRecord:
+                     rollback: Any = None, lease: Lease | None = None) -> CardRecord:
         """Write a card's outcome once its experiment has run."""
         with self._session() as session:
             card = _get(session, ExperimentCard, card_id, "experiment card")
+            if lease is not None:
+                _hold(session, _same_sweep(lease, card.sweep_id))
             card.result = dict(result)
             card.verdict = verdict
             if rollback is not None:
@@ -612,6 +648,32 @@ def _workload_by_name(session: Session, name: str) -> WorkloadRow:
     if row is None:
         raise NotFound(f"no workload named {name!r}")
     return row
+
+
+def _hold(session: Session, lease: Lease) -> None:
+    """Lock the sweep's row for this transaction if ``lease`` is still current, else
+    :class:`LeaseLost`. The lock is an UPDATE that changes nothing: it makes a concurrent
+    claim wait for this transaction (Postgres row lock; SQLite's one writer at a time)."""
+    held = _rowcount(session, update(Sweep).where(
+        Sweep.id == lease.sweep_id, Sweep.claimed_by == lease.holder,
+        Sweep.lease_epoch == lease.epoch).values(lease_epoch=Sweep.lease_epoch))
+    if not held:
+        sweep, _ = _sweep_with_workload(session, lease.sweep_id)
+        raise LeaseLost(f"sweep {lease.sweep_id} was claimed again: it is held by "
+                        f"{sweep.claimed_by!r} under lease {sweep.lease_epoch}, not by "
+                        f"{lease.holder!r} under lease {lease.epoch}")
+
+
+def _same_sweep(lease: Lease, sweep_id: int) -> Lease:
+    if lease.sweep_id != sweep_id:
+        raise Conflict(f"a lease on sweep {lease.sweep_id} does not cover sweep {sweep_id}")
+    return lease
+
+
+def _hold_for_trial(session: Session, lease: Lease | None, trial_id: int) -> None:
+    if lease is not None:
+        trial = _get(session, SweepTrial, trial_id, "trial")
+        _hold(session, _same_sweep(lease, trial.sweep_id))
 
 
 def _sweep_with_workload(session: Session, sweep_id: int) -> tuple[Sweep, str]:

@@ -14,6 +14,7 @@ from tuner.settings import redact_url
 
 __all__ = [
     "Conflict",
+    "LeaseLost",
     "MigrationError",
     "NotFound",
     "SchemaMissing",
@@ -33,6 +34,11 @@ class NotFound(StorageError):
 
 class Conflict(StorageError):
     """The write breaks a uniqueness rule or the object's state forbids it (HTTP 409)."""
+
+
+class LeaseLost(Conflict):
+    """The sweep was claimed again since this coordinator's claim: it no longer owns it
+    and must stop writing for it (its successor does)."""
 
 
 class StorageUnavailable(StorageError):

@@ -153,6 +153,9 @@ class Sweep(Base):
     """The coordinator running it."""
     heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     """Last sign of life of ``claimed_by``; a stale one lets another coordinator take over."""
+    lease_epoch: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    """How many times the sweep was claimed; the current holder's writes carry this value
+    (a :class:`~tuner.db.records.Lease`) and are refused once a later claim raised it."""
     optuna_study_name: Mapped[str | None] = mapped_column(String(200), unique=True)
     stop_reason: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -6,6 +6,7 @@ after its transaction has ended. List methods return a :class:`Page` (``{data, c
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
@@ -14,6 +15,7 @@ from pydantic import BaseModel, ConfigDict
 __all__ = [
     "BestConfig",
     "CardRecord",
+    "Lease",
     "OrphanTrial",
     "Page",
     "SweepRecord",
@@ -45,6 +47,20 @@ class WorkloadRecord(_Record):
     updated_at: datetime
 
 
+@dataclass(frozen=True)
+class Lease:
+    """A coordinator's hold on one sweep, from one claim: the fence its writes carry.
+
+    The store refuses (:class:`~tuner.db.errors.LeaseLost`) any write made under a lease
+    once the sweep was claimed again (a takeover, a restart, a resume), so a coordinator
+    that wakes from a stall cannot touch what its successor does.
+    """
+
+    sweep_id: int
+    holder: str
+    epoch: int
+
+
 class SweepRecord(_Record):
     id: int
     name: str
@@ -64,11 +80,19 @@ class SweepRecord(_Record):
     owner: str | None
     claimed_by: str | None
     heartbeat_at: datetime | None
+    lease_epoch: int = 0
     optuna_study_name: str | None
     stop_reason: str | None
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+
+    @property
+    def lease(self) -> Lease | None:
+        """The hold the claim that returned this record gave its coordinator."""
+        if self.claimed_by is None:
+            return None
+        return Lease(sweep_id=self.id, holder=self.claimed_by, epoch=self.lease_epoch)
 
 
 class TrialRecord(_Record):

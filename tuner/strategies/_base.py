@@ -196,6 +196,16 @@ class Strategy(ABC):
         self.history.append(Observation(proposal, result))
         self._observe(proposal, result)
 
+    def withdraw(self, proposal: Proposal) -> None:
+        """Forget a proposal that will never run (its coordinator lost the sweep before
+        recording it): its Optuna trial is failed, not left RUNNING."""
+        pending = self._pending.pop(proposal.number, None)
+        if pending is None:
+            return
+        self._in_flight.discard(params_key(proposal.params))
+        with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
+            self.study.tell(pending.trial, state=optuna.trial.TrialState.FAIL)
+
     # --- for subclasses ----------------------------------------------------------------
 
     @abstractmethod

@@ -9,6 +9,7 @@ import pytest
 
 from tuner.store import (
     Conflict,
+    LeaseLost,
     NotFound,
     SchemaMissing,
     StorageError,
@@ -87,9 +88,10 @@ def test_claim_is_exclusive_until_the_holder_goes_stale(store: Store) -> None:
     taken = store.claim_sweep(sweep.id, "coord-b", stale_after_s=0.01)
     assert taken is not None and taken.claimed_by == "coord-b"
     assert taken.started_at == claimed.started_at  # a takeover is not a new start
-    with pytest.raises(Conflict):
-        store.heartbeat_sweep(sweep.id, "coord-a")  # a's heartbeat tells it to stop
-    store.heartbeat_sweep(sweep.id, "coord-b")
+    assert claimed.lease is not None and taken.lease is not None
+    with pytest.raises(LeaseLost):
+        store.heartbeat_sweep(claimed.lease)  # a's heartbeat tells it to stop
+    store.heartbeat_sweep(taken.lease)
 
 
 def test_claim_next_takes_the_oldest_queued(store: Store) -> None:
@@ -103,15 +105,17 @@ def test_claim_next_takes_the_oldest_queued(store: Store) -> None:
 
 def test_cancel_and_status_transitions(store: Store) -> None:
     sweep = _sweep(store)
-    assert store.claim_sweep(sweep.id, "c") is not None
+    claimed = store.claim_sweep(sweep.id, "c")
+    assert claimed is not None and claimed.lease is not None
     cancelled = store.cancel_sweep(sweep.id, "user asked")
     assert cancelled.status == "cancelled" and cancelled.stop_reason == "user asked"
     assert cancelled.finished_at is not None
     assert store.cancel_sweep(sweep.id).status == "cancelled"  # idempotent
     with pytest.raises(Conflict):  # the coordinator's late "done" does not undo the cancel
         store.update_sweep(sweep.id, status="done")
-    with pytest.raises(Conflict):
-        store.heartbeat_sweep(sweep.id, "c")
+    with pytest.raises(Conflict) as stopped:
+        store.heartbeat_sweep(claimed.lease)
+    assert not isinstance(stopped.value, LeaseLost)  # still its holder: it may tidy up
 
     resumed = store.requeue_sweep(sweep.id)
     assert resumed.status == "queued" and resumed.finished_at is None
@@ -188,6 +192,55 @@ def test_orphan_recovery_returns_exactly_the_unfinished_and_is_idempotent(store:
     assert store.list_trials(other.id, status="running").count == 1
     with pytest.raises(Conflict):  # a late result of a lost trial is refused
         store.finish_trial(running[0].id, _ok(99.0))
+
+
+def test_every_claim_starts_a_new_lease_and_fences_the_writes_of_the_old_one(
+        store: Store) -> None:
+    sweep = _sweep(store)
+    first = store.claim_sweep(sweep.id, "coord-a")
+    again = store.claim_sweep(sweep.id, "coord-a")  # the same id, restarted
+    assert first is not None and again is not None
+    assert first.lease is not None and again.lease is not None
+    assert again.lease.epoch == first.lease.epoch + 1
+    old, new = first.lease, again.lease
+    mine = store.start_trial(sweep.id, number=0, params={"x": 1}, lease=new)
+    with pytest.raises(LeaseLost):  # a process still running under the old claim
+        store.start_trial(sweep.id, number=1, params={"x": 2}, lease=old)
+
+    time.sleep(0.05)
+    taken = store.claim_sweep(sweep.id, "coord-b", stale_after_s=0.01)
+    assert taken is not None and taken.lease is not None
+    successor = taken.lease
+    refused: list[Any] = [
+        lambda: store.heartbeat_sweep(new),
+        lambda: store.recover_orphans(sweep.id, lease=new),
+        lambda: store.finish_trial(mine.id, _ok(9.0), lease=new),
+        lambda: store.heartbeat_trial(mine.id, lease=new),
+        lambda: store.update_sweep(sweep.id, progress={"phase": "stale"}, lease=new),
+        lambda: store.update_sweep(sweep.id, status="done", lease=new),
+        lambda: store.add_card(sweep.id, step=1, symptom="s", hypothesis="h", variable="v",
+                               values=[1], expected_direction="up", lease=new),
+    ]
+    for write in refused:
+        with pytest.raises(LeaseLost):
+            write()
+    # Nothing the old holder tried landed: the successor finds the sweep as it left it.
+    row = store.get_trial(mine.id)
+    assert row.status == "running" and row.objective is None
+    current = store.get_sweep(sweep.id)
+    assert current.status == "running" and current.claimed_by == "coord-b"
+    assert current.progress == {} and store.list_cards(sweep.id) == []
+    # The successor's own writes go through.
+    assert [o.trial_id for o in store.recover_orphans(sweep.id, lease=successor)] == [mine.id]
+    redo = store.start_trial(sweep.id, number=0, params={"x": 1}, attempt=2, lease=successor)
+    store.finish_trial(redo.id, _ok(7.0), lease=successor)
+    with pytest.raises(LeaseLost):
+        store.mark_confirmed(redo.id, lease=new)
+    assert store.mark_confirmed(redo.id, lease=successor).confirmed
+    store.heartbeat_sweep(successor)
+    other = _sweep(store, name="other")
+    with pytest.raises(Conflict):  # a lease covers its own sweep only
+        store.start_trial(other.id, number=0, params={}, lease=successor)
 
 
 # --- the view --------------------------------------------------------------------------
