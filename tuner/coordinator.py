@@ -211,6 +211,8 @@ class SweepRunner:
         self._last_beat = 0.0
         self._durations: list[float] = []
         self._deferred: tuple[Proposal, TrialSpec | None] | None = None
+        self._waiting_for_gpus = False
+        """The last launch stopped for GPUs other sweeps hold, not for want of proposals."""
         self.confirmation: list[dict[str, Any]] = []
         self.unconfirmed: str | None = None
         # Finished trials whose recording waits for the database (it may be restarting):
@@ -332,7 +334,8 @@ class SweepRunner:
                     return stop
                 if self.strategy.done:
                     return self.strategy.stop_reason or "the strategy stopped"
-                if self.strategy.pending == 0 and not self._launch():
+                if self.strategy.pending == 0 and not self._launch() \
+                        and not self._waiting_for_gpus:
                     return self.strategy.stop_reason or "nothing left to try"
                 if not self.running:
                     time.sleep(0.2)  # a proposal waits for GPUs other sweeps hold
@@ -346,12 +349,14 @@ class SweepRunner:
     def _launch(self) -> bool:
         """Start what the budget, the GPUs and the strategy allow; True if anything did."""
         launched = False
+        self._waiting_for_gpus = False
         limit = self.budget.limits.max_parallel
         while self._trials_started() < self.budget.limits.max_trials:
             if limit is not None and len(self.running) >= limit:
                 break
             if self._deferred is None:
                 if not self.share.could_fit(self.sweep.id, 1):
+                    self._waiting_for_gpus = True  # other sweeps of this coordinator hold them
                     break
                 proposal = self.strategy.ask()
                 if proposal is None:
@@ -370,7 +375,8 @@ class SweepRunner:
                 continue
             gpus = spec.tensor_parallel_size
             if not self.share.acquire(self.sweep.id, gpus):
-                break  # held until a GPU group of its size is free
+                self._waiting_for_gpus = True  # held until a GPU group of its size is free
+                break
             try:
                 row = self._start_trial(proposal, spec, attempt=1)
             except BaseException:
@@ -450,7 +456,6 @@ class SweepRunner:
                     return False
                 except LeaseLost as exc:
                     self._fenced_out(exc)
-                    self._outbox.clear()
                     return True
                 except Conflict as exc:
                     # A late result for a row that moved on (marked lost by this
@@ -459,6 +464,8 @@ class SweepRunner:
                                 self.sweep.id, exc)
                     steps.clear()
                     break
+                if self.lease_lost:  # a write inside the step found the lease gone
+                    return True  # (and the outbox was dropped with it)
                 steps.popleft()
             self._outbox.popleft()
         if self._outage is not None:
@@ -730,7 +737,8 @@ class Coordinator:
         """Claim one sweep and run it in this thread.
 
         A running sweep is taken over when its coordinator's heartbeat is stale, or at
-        once with ``takeover`` (the user knows that coordinator is dead).
+        once with ``takeover`` (the user knows that coordinator is dead). :class:`LeaseLost`
+        when another coordinator took it over while this one ran it.
         """
         sweep = self.store.claim_sweep(sweep_id, self.coordinator_id,
                                        stale_after_s=0.0 if takeover else STALE_AFTER_S)
@@ -739,9 +747,17 @@ class Coordinator:
             raise Conflict(f"sweep {sweep_id} is {current.status}"
                            + (f" (held by {current.claimed_by})" if current.claimed_by else "")
                            + "; it cannot be run now")
-        return SweepRunner(self.store, sweep, self.executor,
-                           coordinator_id=self.coordinator_id, database_url=self.database_url,
-                           share=self.share, on_progress=on_progress).run()
+        runner = SweepRunner(self.store, sweep, self.executor,
+                             coordinator_id=self.coordinator_id,
+                             database_url=self.database_url, share=self.share,
+                             on_progress=on_progress)
+        final = runner.run()
+        if runner.lease_lost:
+            raise LeaseLost(f"sweep {sweep_id} was taken over by {final.claimed_by} while "
+                            f"this coordinator stalled (its lease {runner.lease.epoch} "
+                            "ended); it goes on there, and this one stopped without "
+                            "touching it")
+        return final
 
     def serve(self, *, poll_s: float = 2.0, once: bool = False,
               stop: threading.Event | None = None) -> None:

@@ -289,3 +289,18 @@ def test_a_winner_whose_repeats_break_the_slo_is_not_confirmed(store: Store,
     assert final.progress["best_objective"] is None
     assert "did not hold the SLO when re-run" in final.progress["unconfirmed"]
     assert all(c["runs"] == [0.0, 0.0] for c in final.progress["confirmation"])
+
+
+def test_a_sweep_waiting_for_gpus_other_sweeps_hold_waits_rather_than_ending(
+        store: Store, migrated_url: str) -> None:
+    # Three sweeps on two GPUs: the third finds both held when it starts. It waits for
+    # one (it used to end at once, "nothing left to try", with no trial run).
+    request = SweepRequest(space="lab", strategy="random",
+                           budget=SweepBudget(max_trials=3, confirm_top=0))
+    sweeps = [queue_sweep(store, request) for _ in range(3)]
+    Coordinator(store, VirtualExecutor(2), database_url=migrated_url).serve(poll_s=0.1,
+                                                                            once=True)
+    for sweep in sweeps:
+        final = store.get_sweep(sweep.id)
+        assert final.status == "done" and final.progress["trials"] == 3, final.stop_reason
+        assert store.list_trials(sweep.id, status="ok").count == 3

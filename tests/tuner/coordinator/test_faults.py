@@ -3,8 +3,8 @@
 * the engine is killed mid-trial: that trial is ``crashed``, the sweep goes on, no
   process is left;
 * a Ray worker process is killed: the trial is retried, nothing is duplicated;
-* the coordinator gets ``kill -9`` mid-sweep and is restarted: the sweep completes and
-  every trial is accounted for;
+* (``kill -9`` of the coordinator at several moments, and the other attacks on it: the
+  chaos suite, ``test_chaos.py``);
 * Postgres is restarted mid-sweep: results that could not be written are kept and
   written once it is back;
 * the engine's log overflows its disk budget: the log is capped and the trial scores.
@@ -24,14 +24,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import optuna
 import pytest
 
 from tests.procscan import engine_pids
 from tuner.coordinator import Coordinator, SweepRunner
 from tuner.db.errors import StorageError
 from tuner.db.models import Sweep
-from tuner.db.optuna_storage import optuna_storage
 from tuner.executors import RayExecutor, VirtualExecutor
 from tuner.store import Store
 from tuner.sweeps import SweepBudget, SweepRequest, queue_sweep
@@ -156,82 +154,6 @@ def test_killed_ray_worker_is_retried_without_duplicates(
     _no_engine_left()
 
 
-def test_kill_9_mid_sweep_then_resume_accounts_for_every_trial(store: Store,
-                                                              migrated_url: str) -> None:
-    proc = subprocess.Popen(
-        [SLOTUNE, "sweep", "run", "--executor", "virtual", "--strategy", "tpe",
-         "--trials", "24", "--confirm-top", "0", "--database-url", migrated_url],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
-
-    def started() -> int | None:
-        sweeps = store.list_sweeps().data
-        ok = sweeps and len(store.list_trials(sweeps[0].id, status="ok").data) >= 6
-        return sweeps[0].id if ok else None
-
-    sweep_id = _wait_for(started, 60, "the sweep to get going")
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=10)
-    assert store.get_sweep(sweep_id).status == "running"
-    rows = _resume_to_done(store, sweep_id, migrated_url)
-    measured = [repr(sorted(t.params.items())) for t in rows
-                if t.status in ("ok", "failed", "infeasible")]
-    assert len(measured) == len(set(measured)) == 24  # none duplicated, the whole budget
-    lost = {repr(sorted(t.params.items())) for t in rows if t.status == "lost"}
-    assert lost <= set(measured)  # none lost: every orphan was measured after the restart
-
-
-def test_kill_9_before_the_first_trial_ends_then_resume_finishes_the_study(
-        store: Store, migrated_url: str, tmp_path: Path) -> None:
-    # Long trials (6,000 requests each in virtual time): the kill lands while the first
-    # ones are still running, before anything was recorded in the sweep's progress.
-    workload = tmp_path / "long.yaml"
-    workload.write_text("name: long\ndataset: {kind: random, input_len: 512, output_len: 128}\n"
-                        "arrivals: {request_rate: 4}\nnum_prompts: 6000\nseed: 0\n")
-    earlier = {s.id for s in store.list_sweeps().data}
-    proc = subprocess.Popen(
-        [SLOTUNE, "sweep", "run", "--executor", "virtual", "--strategy", "tpe", "--trials", "4",
-         "--confirm-top", "0", "--seed", "11", "--workload", str(workload),
-         "--database-url", migrated_url],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
-
-    def first_running() -> int | None:
-        sweeps = store.list_sweeps().data
-        mine = [s for s in sweeps if s.id not in earlier and s.status == "running"]
-        if not mine:
-            return None
-        rows = store.list_trials(mine[0].id).data
-        return mine[0].id if rows and all(t.status == "running" for t in rows) else None
-
-    sweep_id = _wait_for(first_running, 60, "the first trial to start")
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=10)
-    sweep = store.get_sweep(sweep_id)
-    assert sweep.status == "running" and not sweep.progress.get("done")
-    rows = _resume_to_done(store, sweep_id, migrated_url)
-    assert len({(t.number, t.attempt) for t in rows}) == len(rows)  # no number reused
-    measured = [t for t in rows if t.status in ("ok", "failed", "infeasible")]
-    assert len(measured) == 4
-    # The study the first claim created is the one that finished: its history kept,
-    # nothing left RUNNING.
-    study = optuna.load_study(study_name=store.get_sweep(sweep_id).optuna_study_name,
-                              storage=optuna_storage(migrated_url))
-    states = [t.state for t in study.get_trials(deepcopy=False)]
-    assert optuna.trial.TrialState.RUNNING not in states
-    assert optuna.trial.TrialState.FAIL in states  # the killed coordinator's asks
-
-
-def _resume_to_done(store: Store, sweep_id: int, url: str) -> list[Any]:
-    """``sweep resume --takeover`` as an operator runs it; the sweep ends done, none running."""
-    done = subprocess.run([SLOTUNE, "sweep", "resume", str(sweep_id), "--takeover",
-                           "--executor", "virtual", "--database-url", url],
-                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
-    assert done.returncode in (0, 3), done.stderr
-    assert store.get_sweep(sweep_id).status == "done"
-    rows = store.list_trials(sweep_id).data
-    assert not [t for t in rows if t.status in ("running", "pending")]
-    return rows
-
-
 def _postgres(action: str) -> None:
     version = sorted(os.listdir("/etc/postgresql"))[-1]
     subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", action,
@@ -239,6 +161,7 @@ def _postgres(action: str) -> None:
                    check=True, capture_output=True, timeout=60)
 
 
+@pytest.mark.chaos  # with tests/tuner/coordinator/test_chaos.py
 def test_postgres_restart_mid_sweep_loses_nothing(postgres_store: Store, postgres_url: str,
                                                   caplog: pytest.LogCaptureFixture) -> None:
     store, migrated_url = postgres_store, postgres_url
@@ -304,6 +227,7 @@ def test_engine_log_over_its_disk_budget_is_capped_and_the_trial_scores(
     assert result.engine.kv_cache_tokens and result.engine.kv_cache_tokens > 100_000
 
 
+@pytest.mark.chaos  # with tests/tuner/coordinator/test_chaos.py
 def test_serving_coordinator_rides_out_a_postgres_stop_then_runs_what_is_queued(
         postgres_store: Store, postgres_url: str) -> None:
     store = postgres_store
