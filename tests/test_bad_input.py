@@ -317,6 +317,38 @@ def test_report_is_never_written_through_a_symlink(tmp_path: Path, db_url: str) 
         assert html.is_file() and md.is_file()
 
 
+def test_report_never_goes_through_a_link_planted_in_a_shared_directory(
+        tmp_path: Path, db_url: str) -> None:
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    shared = tmp_path / "shared"  # like /tmp: anyone may create a link in it
+    shared.mkdir()
+    shared.chmod(0o1777)
+    (shared / "reports").symlink_to(victim, target_is_directory=True)
+    private = tmp_path / "private"  # a link only its owner could have made is followed
+    private.mkdir(mode=0o755)
+    (private / "disk").symlink_to(victim, target_is_directory=True)
+    with Store(db_url) as store:
+        sweep_id = populate_finished_sweep(store).sweep_id
+        with pytest.raises(ReportPathError, match="could have been planted"):
+            write_report(store, sweep_id, shared / "reports" / "sweep")
+        assert list(victim.iterdir()) == []
+        html, _ = write_report(store, sweep_id, private / "disk" / "sweep")
+        assert (victim / "sweep" / html.name).is_file()
+
+
+@pytest.mark.parametrize("where", ["/proc/1/reports", "a-file/reports"])
+def test_unwritable_report_directories_are_refused_before_a_sweep_starts(
+        where: str, tmp_path: Path, unchanged_db: str) -> None:
+    (tmp_path / "a-file").write_text("not a directory")
+    line = slotune_refuses("sweep", "run", "--executor", "virtual", "--trials", "1",
+                           "--report-dir", where, "--database-url", unchanged_db, cwd=tmp_path)
+    assert line.startswith("slotune: error: --report-dir:") and "cannot be written" in line
+    line = slotune_refuses("sweep", "report", "1", "--output", where,
+                           "--database-url", unchanged_db, cwd=tmp_path)
+    assert "--output:" in line and "cannot be written" in line
+
+
 # --- the REST API -------------------------------------------------------------------------
 
 

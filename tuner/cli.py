@@ -19,7 +19,7 @@ from tuner.cli_api import api_command
 from tuner.cli_db import db_app
 from tuner.cli_sweep import best_command, coordinator_command, sweep_app
 from tuner.cli_trial import trial_app
-from tuner.db.errors import NotFound, StorageError
+from tuner.db.errors import StorageError, exit_code
 
 app = typer.Typer(
     name="slotune",
@@ -95,12 +95,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"slotune: error: {' '.join(str(exc).split())}", file=sys.stderr)
         sys.exit(exit_code(exc))
     sys.exit(code if isinstance(code, int) else 0)
-
-
-def exit_code(exc: StorageError) -> int:
-    """One mapping from our storage errors to exit codes: 2 for what the command named
-    wrongly (no such sweep), 1 for the database or the object's state."""
-    return 2 if isinstance(exc, NotFound) else 1
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from typing import Annotated, NoReturn
 
 import typer
 
-from tuner.db.errors import SchemaMissing, StorageError
+from tuner.db.errors import StorageError, exit_code
 from tuner.settings import DatabaseSettings, get_settings, normalize_database_url
 
 __all__ = ["api_command"]
@@ -50,12 +50,9 @@ def api_command(
     store = Store.from_settings(settings)
     try:
         store.check_schema()
-    except SchemaMissing as exc:
-        store.close()
-        _fail(str(exc), 2)
     except StorageError as exc:
         store.close()
-        _fail(str(exc), 1)
+        _fail(str(exc), exit_code(exc))
 
     app = create_app(settings, store=store)
     base = f"http://{api.host}:{api.port}"

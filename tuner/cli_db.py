@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from tuner.db.errors import StorageError
+from tuner.db.errors import StorageError, exit_code
 from tuner.settings import get_settings, redact_url
 
 __all__ = ["db_app"]
@@ -29,9 +29,9 @@ def _url(database_url: str | None) -> str:
     return database_url or get_settings().database.url
 
 
-def _fail(exc: Exception) -> typer.Exit:
+def _fail(exc: StorageError) -> typer.Exit:
     print(f"slotune db: error: {exc}", file=sys.stderr)
-    return typer.Exit(1)
+    return typer.Exit(exit_code(exc))
 
 
 @db_app.command("upgrade")

@@ -27,9 +27,9 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from tuner.db.errors import Conflict, NotFound, StorageError
+from tuner.db.errors import Conflict, NotFound, StorageError, exit_code
 from tuner.db.records import BestConfig, SweepRecord
-from tuner.settings import get_settings, redact_url
+from tuner.settings import default_data_dir, get_settings, redact_url
 from tuner.strategies import DEFAULT_STRATEGY
 from tuner.sweeps import REQUEST_ERRORS, SweepBudget, SweepRequest, queue_sweep, resolve
 from workers.contracts import SLO
@@ -77,7 +77,7 @@ def _store(database_url: str | None, *, migrate: bool = False) -> tuple[Any, str
         store = Store(url)
         store.check_schema()
     except StorageError as exc:
-        raise _fail(f"{exc} (run `slotune db upgrade` for a new database)", 1) from None
+        raise _fail(str(exc), exit_code(exc)) from None
     return store, url
 
 
@@ -144,6 +144,8 @@ def _run_with_progress(coordinator: Any, sweep: SweepRecord, console: Console, *
 
 def _finish(store: Any, sweep: SweepRecord, console: Console,
             report_dir: Path | None) -> int:
+    from tuner.report import ReportPathError
+
     rows = [r for r in store.best_config_per_workload()
             if (r.workload, r.model, r.gpu) == (sweep.workload, sweep.model, sweep.gpu)]
     console.print(f"sweep {sweep.id} {sweep.status}: {sweep.stop_reason or ''}")
@@ -162,25 +164,36 @@ def _finish(store: Any, sweep: SweepRecord, console: Console,
     else:
         console.print("[yellow]no configuration met the SLO at this workload's rate; "
                       "try capacity mode (--mode capacity) or more replicas[/]")
-    report = _write_report(store, sweep.id, report_dir)
+    try:
+        report = _write_report(store, sweep.id, report_dir)
+    except ReportPathError as exc:  # the sweep is stored: the report can be written later
+        console.print(f"[yellow]report not written: {exc}; write it with `slotune sweep "
+                      f"report {sweep.id} --output DIR`[/]")
+        report = None
     if report:
         console.print(f"report: {report}")
     return 0 if best_objective else 3
 
 
-def _write_report(store: Any, sweep_id: int, directory: Path | None) -> Path | None:
-    try:
-        from tuner.report import ReportPathError, write_report
-    except ImportError:
-        return None
-    from tuner.settings import default_data_dir
+def _write_report(store: Any, sweep_id: int, directory: Path | None) -> Path:
+    """The report's HTML path; :class:`ReportPathError` where it cannot go."""
+    from tuner.report import write_report
 
     target = directory or default_data_dir() / "reports" / f"sweep-{sweep_id}"
-    try:
-        html, _ = write_report(store, sweep_id, target)
-    except ReportPathError as exc:
-        raise _fail(str(exc), 2) from None
+    html, _ = write_report(store, sweep_id, target)
     return Path(html)
+
+
+def _check_report_dir(directory: Path | None, option: str = "--report-dir") -> None:
+    """A given report directory that could never be written: a usage mistake, exit 2."""
+    from tuner.report import ReportPathError, prepare_report_dir
+
+    if directory is None:
+        return
+    try:
+        prepare_report_dir(directory)
+    except ReportPathError as exc:
+        raise _fail(f"{option}: {exc}", 2) from None
 
 
 @sweep_app.command("run")
@@ -225,6 +238,7 @@ def run(
     if executor == "virtual" and resolved_space.engine != "sim":
         raise _fail(f"--executor virtual runs the simulated engine only; space "
                     f"{resolved_space.name!r} runs {resolved_space.engine}: use --executor ray", 2)
+    _check_report_dir(report_dir)  # a night's sweep must not end on an unwritable path
     store, url = _store(database_url, migrate=True)
     from tuner.coordinator import new_coordinator_id
 
@@ -256,7 +270,7 @@ def _run(store: Any, url: str, sweep: SweepRecord, runner: Any, console: Console
                                               coordinator_id=coordinator_id), sweep, console,
                                   takeover=takeover)
     except Conflict as exc:
-        raise _fail(str(exc), 1) from None
+        raise _fail(str(exc), exit_code(exc)) from None
     except KeyboardInterrupt:
         raise _fail(f"interrupted; resume with `slotune sweep resume {sweep.id}`", 1) from None
 
@@ -298,7 +312,7 @@ def status(
         sweeps = [store.get_sweep(sweep_id)] if sweep_id is not None else \
             store.list_sweeps(limit=20).data
     except NotFound as exc:
-        raise _fail(str(exc), 2) from None
+        raise _fail(str(exc), exit_code(exc)) from None
     table = Table(title="sweeps")
     for col in ("id", "name", "status", "trials", "ok", "running", "failed", "infeasible",
                 "best", "ETA", "stop reason"):
@@ -327,13 +341,14 @@ def resume(
     report_dir: Annotated[Path | None, typer.Option(help="Where to write the report.")] = None,
 ) -> None:
     """Continue a sweep whose coordinator stopped or died (nothing lost, nothing repeated)."""
+    _check_report_dir(report_dir)
     store, url = _store(database_url)
     try:
         sweep = store.get_sweep(sweep_id)
         if sweep.status in ("failed", "cancelled"):
             sweep = store.requeue_sweep(sweep_id)
     except (NotFound, Conflict) as exc:
-        raise _fail(str(exc), 2) from None
+        raise _fail(str(exc), exit_code(exc)) from None
     console = Console()
     runner = _executor(executor, gpus)
     try:
@@ -353,26 +368,29 @@ def cancel(
     try:
         sweep = store.cancel_sweep(sweep_id)
     except (NotFound, Conflict) as exc:
-        raise _fail(str(exc), 2) from None
+        raise _fail(str(exc), exit_code(exc)) from None
     print(f"sweep {sweep.id}: {sweep.status}")
 
 
 @sweep_app.command("report")
 def report(
     sweep_id: Annotated[int, typer.Argument(help="The sweep.")],
-    output: Annotated[Path | None, typer.Option(help="Directory for report.html and "
-                                                "report.md.")] = None,
+    output: Annotated[Path | None, typer.Option(help="Directory for sweep-<id>.html and "
+                                                "sweep-<id>.md.")] = None,
     database_url: DatabaseUrl = None,
 ) -> None:
     """Write a sweep's report (HTML and Markdown) and print its path."""
+    from tuner.report import ReportPathError
+
+    _check_report_dir(output, "--output")
     store, _ = _store(database_url)
     try:
         store.get_sweep(sweep_id)
         path = _write_report(store, sweep_id, output)
     except NotFound as exc:
-        raise _fail(str(exc), 2) from None
-    if path is None:
-        raise _fail("the report module is not available in this installation", 1)
+        raise _fail(str(exc), exit_code(exc)) from None
+    except ReportPathError as exc:
+        raise _fail(f"--output: {exc}", 2) from None
     print(path)
 
 
@@ -410,7 +428,7 @@ def best_command(
         rows = store.best_for_workload(workload) if workload else \
             store.best_config_per_workload()
     except NotFound as exc:
-        raise _fail(str(exc), 2) from None
+        raise _fail(str(exc), exit_code(exc)) from None
     console = Console()
     console.print(_best_table(rows, "best configuration per workload"))
     for r in rows:

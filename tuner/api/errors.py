@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from sqlalchemy.exc import DataError
 
-from tuner.db.errors import Conflict, NotFound, SchemaMissing, StorageError, StorageUnavailable
+from tuner.db.errors import StorageError, http_status
 from tuner.planner import AmbiguousSlo, NothingMeasured, PlanError, SloNeverMet
 
 __all__ = ["ERROR_RESPONSES", "ErrorOut", "InvalidInput", "install_error_handlers"]
@@ -78,18 +78,17 @@ def _printable(part: object) -> str | int:
 
 
 def _storage_error(_request: Request, exc: StorageError) -> JSONResponse:
-    if isinstance(exc, NotFound):
-        return _detail(404, str(exc))
-    if isinstance(exc, Conflict):
-        return _detail(409, str(exc))
-    if isinstance(exc, SchemaMissing | StorageUnavailable):
+    status = http_status(exc)
+    if status == 503:
         log.warning("storage: %s", exc)  # messages carry redacted URLs only
         return _detail(503, str(exc), headers={"Retry-After": "5"})
-    if isinstance(exc.__cause__, DataError):
+    if status == 500 and isinstance(exc.__cause__, DataError):
         # The database refused a value (out of range, a NUL byte …): the client's input.
         return _invalid(["body"], f"the database refused a value: {exc}", "data_error")
-    log.error("storage error: %s", exc)
-    return _detail(500, f"storage error: {exc}")
+    if status == 500:
+        log.error("storage error: %s", exc)
+        return _detail(500, f"storage error: {exc}")
+    return _detail(status, str(exc))
 
 
 def _plan_error(_request: Request, exc: PlanError) -> JSONResponse:

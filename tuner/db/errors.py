@@ -2,7 +2,8 @@
 
 Every SQLAlchemy / driver error is translated once, in :func:`translate`, into this
 small hierarchy and raised ``from`` its cause, so callers (coordinator, CLI, API)
-handle our four cases and turn them into exit codes or HTTP statuses at the edge.
+handle our few cases; :func:`exit_code` and :func:`http_status` are the one mapping of
+them to what every command and every route answers.
 Messages never carry a database password: URLs in them are redacted.
 """
 
@@ -20,6 +21,8 @@ __all__ = [
     "SchemaMissing",
     "StorageError",
     "StorageUnavailable",
+    "exit_code",
+    "http_status",
     "translate",
 ]
 
@@ -51,6 +54,29 @@ class SchemaMissing(StorageError):
 
 class MigrationError(StorageError):
     """A schema migration could not run (unknown revision, missing scripts …)."""
+
+
+# What the edges answer for each error, most specific class first: (exit code, HTTP status).
+# Exit 2 is a usage mistake (the command named something that is not there), 1 a refusal
+# by the database or by the object's state; 3 stays "it ran, nothing met the SLO".
+_ANSWERS: tuple[tuple[type[StorageError], int, int], ...] = (
+    (NotFound, 2, 404),
+    (Conflict, 1, 409),  # LeaseLost too: the sweep's state moved on
+    (StorageUnavailable, 1, 503),
+    (SchemaMissing, 2, 503),  # a setup step not done: `slotune db upgrade`
+    (MigrationError, 1, 500),
+    (StorageError, 1, 500),
+)
+
+
+def exit_code(exc: StorageError) -> int:
+    """The exit code every command gives for ``exc``."""
+    return next(code for kind, code, _ in _ANSWERS if isinstance(exc, kind))
+
+
+def http_status(exc: StorageError) -> int:
+    """The HTTP status every route answers for ``exc``."""
+    return next(status for kind, _, status in _ANSWERS if isinstance(exc, kind))
 
 
 # "The schema is not there": SQLite says so in an OperationalError's text, Postgres with

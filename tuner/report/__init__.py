@@ -9,8 +9,6 @@ what to do next, the curves, the experiment cards, the failures.
 
 from __future__ import annotations
 
-import errno
-import os
 from pathlib import Path
 from typing import Literal
 
@@ -24,6 +22,7 @@ from tuner.report._analysis import (
     pareto_front,
     vllm_command,
 )
+from tuner.report._paths import ReportPathError, prepare_report_dir, write_no_follow
 from tuner.report._render import charts, render_html, render_markdown
 from tuner.report._svg import Chart, RefLine, Series, nice_ticks, render_chart
 from tuner.store import Store
@@ -43,6 +42,7 @@ __all__ = [
     "charts",
     "nice_ticks",
     "pareto_front",
+    "prepare_report_dir",
     "render_chart",
     "render_report",
     "vllm_command",
@@ -78,45 +78,20 @@ def render_report(store: Store, sweep_id: int, fmt: ReportFormat = "html") -> st
     raise ValueError(f"unknown report format {fmt!r}; valid: html, md")
 
 
-class ReportPathError(ValueError):
-    """The report's directory or one of its files is a symlink (or not a directory)."""
-
-
 def write_report(store: Store, sweep_id: int, directory: str | Path) -> tuple[Path, Path]:
     """Write ``sweep-<id>.html`` and ``sweep-<id>.md`` into ``directory`` (created).
 
-    The rule for where a report goes: ``directory`` is created when missing; when it
-    exists it must be a real directory, not a symlink, and the two report files are
-    opened without following symlinks, so a link planted there cannot redirect the
-    write elsewhere (:class:`ReportPathError`). Nothing is written until both are
-    rendered. (The API never writes reports; it renders them into the response.)
+    Where a report may go is :func:`prepare_report_dir`'s rule (no planted symlink, a
+    writable directory; :class:`ReportPathError` otherwise). Nothing is written until
+    both pages are rendered. (The API never writes reports; it renders them.)
     """
     report = build_report(store, sweep_id)
     pages = {f"sweep-{sweep_id}.html": render_html(report),
              f"sweep-{sweep_id}.md": render_markdown(report)}
-    folder = Path(directory)
-    if folder.is_symlink():
-        raise ReportPathError(f"report directory {folder} is a symlink; give a real "
-                              "directory (or a new path, created for you)")
-    if folder.exists() and not folder.is_dir():
-        raise ReportPathError(f"report directory {folder} exists and is not a directory")
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = prepare_report_dir(directory)
     written = []
     for name, text in pages.items():
         path = folder / name
-        _write_no_follow(path, text)
+        write_no_follow(path, text)
         written.append(path)
     return written[0], written[1]
-
-
-def _write_no_follow(path: Path, text: str) -> None:
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
-    try:
-        fd = os.open(path, flags, 0o644)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise ReportPathError(f"report file {path} is a symlink; remove it or choose "
-                                  "another directory") from None
-        raise
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tuner.store import Store
+from tuner.sweeps import SweepBudget, SweepRequest, queue_sweep
 
 pytestmark = pytest.mark.slow
 
@@ -50,3 +51,37 @@ def test_cancel_a_queued_sweep(store: Store, migrated_url: str) -> None:
     cancelled = slotune("sweep", "cancel", str(sweep_id), "--database-url", migrated_url)
     assert cancelled.returncode == 0 and "cancelled" in cancelled.stdout
     assert store.get_sweep(sweep_id).status == "cancelled"
+
+
+def test_one_error_exits_the_same_way_from_every_command(
+        store: Store, migrated_url: str, tmp_path: Path) -> None:
+    def refused(*args: str, url: str = migrated_url) -> tuple[int, str]:
+        run = slotune(*args, "--database-url", url)
+        assert "Traceback" not in run.stderr
+        lines = run.stderr.strip().splitlines()
+        assert len(lines) == 1, run.stderr
+        return run.returncode, lines[0]
+
+    # Naming what is not there is a usage mistake: 2, from every command.
+    for args in (["sweep", "status", "999"], ["sweep", "cancel", "999"],
+                 ["sweep", "resume", "999", "--executor", "virtual"],
+                 ["sweep", "report", "999", "--output", str(tmp_path / "r")]):
+        assert refused(*args) == (2, "slotune: error: no sweep 999"), args
+    # The sweep's state forbids it: 1, from every command.
+    request = SweepRequest(space="lab", strategy="random", budget=SweepBudget(max_trials=1))
+    finished = queue_sweep(store, request, claimed_by="coordinator-x")
+    store.update_sweep(finished.id, status="done", lease=finished.lease)
+    for args in (["sweep", "cancel", str(finished.id)],
+                 ["sweep", "resume", str(finished.id), "--executor", "virtual"]):
+        code, line = refused(*args)
+        assert code == 1 and f"sweep {finished.id} is done" in line, (args, line)
+    # A database without our schema: the setup step is missing, 2, and it is named.
+    bare = f"sqlite:///{tmp_path / 'bare.db'}"
+    for args in (["sweep", "status"], ["sweep", "cancel", "1"], ["best"]):
+        code, line = refused(*args, url=bare)
+        assert code == 2 and "slotune db upgrade" in line, (args, line)
+    # A database that does not answer: 1, with its address redacted.
+    away = "postgresql://slotune:hunter2@127.0.0.1:1/nowhere"
+    for args in (["sweep", "status"], ["best"], ["db", "upgrade"]):
+        code, line = refused(*args, url=away)
+        assert code == 1 and "unavailable" in line and "hunter2" not in line, (args, line)
