@@ -10,6 +10,7 @@ import pytest
 
 from tuner.spaces import parse_space
 from tuner.strategies import (
+    DUPLICATE_ATTR,
     STRATEGIES,
     GridStrategy,
     GuidedStrategy,
@@ -85,6 +86,20 @@ class TestContract:
         assert states <= {optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL}
         measured = [params_key(o.proposal.params) for o in s.history]
         assert len(measured) == len(set(measured)), "no configuration measured twice"
+
+    def test_optuna_holds_each_measurement_once(self, name: str) -> None:
+        s = make_strategy(name, SPACE, seed=3)
+        drive(s, synthetic, limit=28)  # most of the 32 configurations: the sampler repeats
+        complete = [t for t in s.study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+        assert sorted(t.number for t in complete) == sorted(o.proposal.number
+                                                            for o in s.history)
+        repeats = [t for t in s.study.trials if DUPLICATE_ATTR in t.user_attrs]
+        for t in repeats:  # a sampler's repeat: failed, pointing at the one measurement
+            assert t.state == optuna.trial.TrialState.FAIL
+            first = s.study.trials[t.user_attrs[DUPLICATE_ATTR]]
+            assert first.state == optuna.trial.TrialState.COMPLETE and first.params == t.params
+        if name in ("random", "tpe"):
+            assert repeats, "a sampler over 32 configurations repeats itself within 28"
 
     def test_rule_breakers_come_preset_infeasible_and_teach_optuna(self, name: str) -> None:
         s = make_strategy(name, SPACE, seed=1)

@@ -15,6 +15,7 @@ import optuna
 from tuner.spaces import SearchSpace
 from tuner.strategies._base import (
     CONSTRAINT_KEYS,
+    DUPLICATE_ATTR,
     Proposal,
     Strategy,
     StrategyError,
@@ -36,6 +37,7 @@ from tuner.strategies._tpe import TPEStrategy
 __all__ = [
     "CONSTRAINT_KEYS",
     "DEFAULT_STRATEGY",
+    "DUPLICATE_ATTR",
     "NOISE_TOLERANCE",
     "STRATEGIES",
     "WALL_KNOBS",

@@ -18,8 +18,11 @@ A strategy wraps one Optuna study (direction ``maximize``) and one search space.
   ``fits`` (> 0: would not boot), ``rule`` (> 0: broke a rule) and one per SLO target
   (observed/target − 1) — so TPE learns where the feasible region is.
 * A configuration already measured is not measured again (zero noise makes a rerun
-  pointless; :func:`~tuner.strategies.confirm` is where repeats belong): its known
-  result is told to Optuna directly and the strategy proposes something else.
+  pointless; :func:`~tuner.strategies.confirm` is where repeats belong), nor told to
+  Optuna again (the study holds its measurement once; a second copy would double its
+  weight in the sampler and show a measurement that never ran): the sampler's repeat is
+  failed in Optuna with the user attribute ``slotune_duplicate_of`` and the strategy
+  proposes something else.
 * Strategies are not thread-safe: one coordinator thread calls ask and tell.
 """
 
@@ -50,6 +53,9 @@ __all__ = [
 CONSTRAINT_KEYS: tuple[str, ...] = ("fits", "rule", *SLO_METRICS)
 _CONSTRAINT_CLIP = 10.0
 """SLO constraints are clipped: TPE only needs the sign and a rough size."""
+DUPLICATE_ATTR = "slotune_duplicate_of"
+"""On an Optuna trial failed as a repeat of a measured configuration: the trial number
+that measured it (-1: measured before a restart)."""
 _MAX_REDRAWS = 64
 """Attempts to find a configuration not measured yet before calling the space exhausted."""
 
@@ -135,6 +141,8 @@ class Strategy(ABC):
         self._pending: dict[int, _Pending] = {}
         self._known: dict[str, TrialResult] = {}
         self._in_flight: set[str] = set()
+        self._measured_as: dict[str, int] = {}
+        """Which Optuna trial measured each known configuration (where this run saw it)."""
         self._stop_reason: str | None = None
 
     # --- the contract ------------------------------------------------------------------
@@ -165,7 +173,7 @@ class Strategy(ABC):
             key = params_key(params)
             known = self._known.get(key)
             if self.dedupe and known is not None:
-                self._tell_optuna(trial, known)  # the sampler learns it again, for free
+                self._skip_duplicate(trial, key)
                 continue
             if self.dedupe and key in self._in_flight:
                 self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
@@ -193,6 +201,7 @@ class Strategy(ABC):
         key = params_key(proposal.params)
         self._in_flight.discard(key)
         self._known[key] = result
+        self._measured_as[key] = proposal.number
         self.history.append(Observation(proposal, result))
         self._observe(proposal, result)
 
@@ -241,8 +250,17 @@ class Strategy(ABC):
         same memory, so a resumed sweep never measures a configuration twice and guided
         replays its steps from known results without booting anything.
         """
+        measured = {params_key(t.params): t.number for t in self.study.get_trials(
+            deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))}
         for params, result in results:
-            self._known[params_key(params)] = result
+            key = params_key(params)
+            self._known[key] = result
+            if key in measured:
+                self._measured_as[key] = measured[key]
+
+    def _skip_duplicate(self, trial: optuna.trial.Trial, key: str) -> None:
+        trial.set_user_attr(DUPLICATE_ATTR, self._measured_as.get(key, -1))
+        self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
 
     def known(self, params: Mapping[str, KnobValue]) -> TrialResult | None:
         return self._known.get(params_key(params))
