@@ -48,8 +48,13 @@ DatabaseUrl = Annotated[str | None, typer.Option(
 Executor = Annotated[str, typer.Option(
     help="Where trials run: 'ray' (local Ray with simulated GPUs, or RAY_ADDRESS) or "
     "'virtual' (the simulated engine in virtual time, in this process: seconds).")]
-Gpus = Annotated[int, typer.Option(help="GPUs of the local Ray (simulated; ignored with "
-                                   "RAY_ADDRESS).", min=1, max=64)]
+Gpus = Annotated[int | None, typer.Option(
+    help="GPUs of the local Ray (simulated; ignored with RAY_ADDRESS), default 2; of the "
+    "virtual executor, default: as many as the space's largest trial needs.", min=1, max=64,
+    show_default=False)]
+Strict = Annotated[bool, typer.Option(
+    help="Refuse (exit 2) a space part of which can never be placed on the cluster, "
+    "instead of warning and recording those trials infeasible.")]
 
 
 def _fail(message: str, code: int) -> typer.Exit:
@@ -81,13 +86,33 @@ def _store(database_url: str | None, *, migrate: bool = False) -> tuple[Any, str
     return store, url
 
 
-def _executor(kind: str, gpus: int) -> Any:
+def _executor(kind: str, gpus: int | None, space: Any = None) -> Any:
+    """The executor; the virtual one, without ``--gpus``, sized to the space's largest
+    trial (it has no real GPUs to protect)."""
     from tuner.executors import make_executor
+    from tuner.placement import largest_replica
 
+    if gpus is None:
+        gpus = max(2, largest_replica(space)) if kind == "virtual" and space else 2
     try:
         return make_executor(kind, num_gpus=gpus, address=get_settings().ray.address)
     except ValueError as exc:
         raise _fail(str(exc), 2) from None
+
+
+def _check_placement(space: Any, placer: Any, *, strict: bool) -> list[str]:
+    """Warn (stderr) about the layouts of ``space`` that can never be placed; with
+    ``strict``, refuse them (exit 2). Returns the lines."""
+    from tuner.placement import unplaceable_layouts
+
+    lines = unplaceable_layouts(space, placer)
+    if lines and strict:
+        raise _fail(f"--strict: part of space {space.name!r} can never be placed: "
+                    + "; ".join(lines), 2)
+    for line in lines:
+        print(f"slotune: warning: {line} — those trials are recorded infeasible, never "
+              "booted (--strict refuses the sweep instead)", file=sys.stderr)
+    return lines
 
 
 def vllm_command(model: str, config: dict[str, Any]) -> str:
@@ -217,7 +242,8 @@ def run(
     confirm_repeats: Annotated[int, typer.Option(help="Repeats per confirmed config.")] = 2,
     seed: Annotated[int, typer.Option(help="Sampler seed.")] = 0,
     executor: Executor = "ray",
-    gpus: Gpus = 2,
+    gpus: Gpus = None,
+    strict: Strict = False,
     database_url: DatabaseUrl = None,
     report_dir: Annotated[Path | None, typer.Option(help="Where to write the report.")] = None,
 ) -> None:
@@ -245,8 +271,9 @@ def run(
     # The executor (Ray) starts before the sweep's row exists, and the row is written
     # already held by this process: a coordinator polling the same database can never
     # take a foreground sweep in the gap, and a bad executor leaves no row behind.
-    runner = _executor(executor, gpus)
+    runner = _executor(executor, gpus, resolved_space)
     try:
+        _check_placement(resolved_space, runner, strict=strict)
         me = new_coordinator_id()
         try:
             sweep = queue_sweep(store, request, claimed_by=me)
@@ -283,13 +310,23 @@ def submit(
     workload: Annotated[str | None, typer.Option(help="Override the workload.")] = None,
     slo: Annotated[str | None, typer.Option(help="Override the SLO.")] = None,
     owner: Annotated[str | None, typer.Option(help="Who asks.")] = None,
+    strict: Strict = False,
     database_url: DatabaseUrl = None,
 ) -> None:
-    """Queue a sweep for `slotune coordinator`; prints its id."""
+    """Queue a sweep for `slotune coordinator`; prints its id.
+
+    Part of the space that no node could ever hold is warned about (or, with --strict,
+    refused) where the cluster is declared: SLOTUNE_MAX_NODE_GPUS.
+    """
+    from tuner.placement import declared_cluster
+
     try:
         request = SweepRequest(space=space, strategy=strategy, workload=workload, slo=slo,
                                owner=owner, budget=SweepBudget(max_trials=trials))
-    except REQUEST_ERRORS as exc:
+        cluster = declared_cluster()
+        if cluster is not None:
+            _check_placement(resolve(request)[0], cluster, strict=strict)
+    except REQUEST_ERRORS as exc:  # a bad request, or SLOTUNE_MAX_NODE_GPUS
         raise _fail(reason(exc), 2) from None
     store, _ = _store(database_url)
     try:
@@ -325,15 +362,22 @@ def status(
                       str(p.get("done", 0)), str(p.get("running", 0)), str(p.get("failed", 0)),
                       str(p.get("infeasible", 0)), "—" if best is None else f"{best:.3f}",
                       "—" if p.get("eta_s") is None else f"{p['eta_s']:.0f}s",
-                      s.stop_reason or "")
+                      s.stop_reason or _waiting(p))
     console.print(table)
+
+
+def _waiting(progress: dict[str, Any]) -> str:
+    waiting = progress.get("waiting")
+    if not isinstance(waiting, dict):
+        return ""
+    return f"waiting for {waiting.get('for')} since {waiting.get('since')}"
 
 
 @sweep_app.command("resume")
 def resume(
     sweep_id: Annotated[int, typer.Argument(help="The sweep to resume.")],
     executor: Executor = "ray",
-    gpus: Gpus = 2,
+    gpus: Gpus = None,
     takeover: Annotated[bool, typer.Option(help="Take the sweep over now, even if its "
                                            "coordinator's heartbeat is recent (it died).")] =
         False,
@@ -350,7 +394,9 @@ def resume(
     except (NotFound, Conflict) as exc:
         raise _fail(str(exc), exit_code(exc)) from None
     console = Console()
-    runner = _executor(executor, gpus)
+    from tuner.sweeps import resolve_space
+
+    runner = _executor(executor, gpus, resolve_space(sweep.space))
     try:
         final = _run(store, url, sweep, runner, console, takeover=takeover)
     finally:
@@ -396,7 +442,7 @@ def report(
 
 def coordinator_command(
     executor: Executor = "ray",
-    gpus: Gpus = 2,
+    gpus: Gpus = None,
     once: Annotated[bool, typer.Option(help="Exit when no sweep is queued or running.")] =
         False,
     poll: Annotated[float, typer.Option(help="Seconds between looks for queued sweeps.")] = 2.0,

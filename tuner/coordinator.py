@@ -35,7 +35,7 @@ from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 
 import optuna
 from sqlalchemy import exc as sa_exc
@@ -54,6 +54,7 @@ from tuner.strategies import (
     make_strategy,
     params_key,
     rank,
+    unplaceable_result,
 )
 from tuner.sweeps import SweepBudget, resolve_space
 from workers.contracts import KnobValue, TrialResult, TrialSpec
@@ -213,6 +214,8 @@ class SweepRunner:
         self._deferred: tuple[Proposal, TrialSpec | None] | None = None
         self._waiting_for_gpus = False
         """The last launch stopped for GPUs other sweeps hold, not for want of proposals."""
+        self._waiting: dict[str, str] | None = None
+        """What the sweep waits for and since when, while nothing of it runs."""
         self.confirmation: list[dict[str, Any]] = []
         self.unconfirmed: str | None = None
         # Finished trials whose recording waits for the database (it may be restarting):
@@ -330,6 +333,10 @@ class SweepRunner:
                     self._note_outage(exc)
                     continue
             if not self.running:
+                # Trials recorded without running (infeasible) may have used the budget up.
+                stop = stop or self.budget.stop_reason(
+                    trials=self._trials_started(), gpu_hours=self.gpu_hours,
+                    since_improvement=self.since_improvement)
                 if stop is not None:
                     return stop
                 if self.strategy.done:
@@ -338,7 +345,7 @@ class SweepRunner:
                         and not self._waiting_for_gpus:
                     return self.strategy.stop_reason or "nothing left to try"
                 if not self.running:
-                    time.sleep(0.2)  # a proposal waits for GPUs other sweeps hold
+                    self._wait_for_gpus()  # a proposal waits for GPUs other sweeps hold
                     continue
             for handle, result in self.executor.wait(list(self.running), timeout_s=HEARTBEAT_S):
                 self._finished(handle, result)
@@ -366,14 +373,18 @@ class SweepRunner:
                 # Held here until it is recorded: a database outage retries the same one.
                 self._deferred = (proposal, spec)
             proposal, spec = self._deferred
-            if spec is None:  # breaks a rule of the space: recorded without booting
-                row = self._start_trial(proposal, None, attempt=1)
+            # Breaks a rule of the space, or needs more than any node will ever offer:
+            # recorded infeasible at once, never booted, never waited for.
+            known = proposal.preset if spec is None else self._never_placed(spec)
+            if known is not None:
+                row = self._start_trial(proposal, spec, attempt=1)
                 self._deferred = None
-                self._enqueue_record(row, proposal, cast(TrialResult, proposal.preset), 0)
+                self._enqueue_record(row, proposal, known, 0)
                 self._drain()
                 launched = True
                 continue
-            gpus = spec.tensor_parallel_size
+            assert spec is not None  # only a preset proposal comes without one
+            gpus = spec.gpus
             if not self.share.acquire(self.sweep.id, gpus):
                 self._waiting_for_gpus = True  # held until a GPU group of its size is free
                 break
@@ -385,7 +396,29 @@ class SweepRunner:
             self._deferred = None
             self.running[self.executor.submit(spec)] = _Running(row, proposal, spec, gpus)
             launched = True
+        if launched and self._waiting is not None:
+            self._waiting = None
+            self._progress(phase="search")
         return launched
+
+    def _wait_for_gpus(self) -> None:
+        """Nothing of this sweep runs: say so in its progress (once), and wait a little."""
+        if self._waiting is None:
+            gpus = self._deferred[1].gpus if self._deferred and self._deferred[1] else 1
+            self._waiting = {"for": f"{gpus} GPU(s), held by other sweeps of coordinator "
+                                    f"{self.coordinator_id}",
+                             "since": datetime.now(UTC).isoformat()}
+            self._progress(phase="search")
+        time.sleep(0.2)
+
+    def _never_placed(self, spec: TrialSpec) -> TrialResult | None:
+        """The infeasible result of a ``spec`` that can never run here (None: it can, now
+        or once GPUs free up)."""
+        reason = self.executor.unplaceable(spec)
+        if reason is None and spec.device == "gpu" and spec.gpus > self.share.capacity:
+            reason = (f"needs {spec.gpus} GPUs; this coordinator schedules onto "
+                      f"{self.share.capacity}")
+        return None if reason is None else unplaceable_result(spec.trial_id, reason)
 
     def _start_trial(self, proposal: Proposal, spec: TrialSpec | None, *,
                      attempt: int) -> TrialRecord:
@@ -509,8 +542,7 @@ class SweepRunner:
             self.since_improvement += 1
 
     def _gpus_of(self, params: dict[str, KnobValue]) -> int:
-        value = self.space.engine_values(params).get("tensor_parallel_size", 1)
-        return int(value) if isinstance(value, int | float | str) else 1
+        return self._spec(params, "accounting").gpus
 
     def _spec(self, params: dict[str, KnobValue], trial_id: str, **overrides: Any) -> TrialSpec:
         return self.space.to_trial_spec(params, trial_id, **overrides)
@@ -546,7 +578,7 @@ class SweepRunner:
             if spec.engine == "sim":
                 spec = spec.model_copy(update={"sim": spec.sim.model_copy(
                     update={"seed": spec.sim.seed + 1000 * (r + 1)})})
-            pending[self.executor.submit(spec)] = (i, r, spec.tensor_parallel_size)
+            pending[self.executor.submit(spec)] = (i, r, spec.gpus)
 
         for r in range(limits.confirm_repeats):
             for i in range(len(top)):
@@ -681,6 +713,8 @@ class SweepRunner:
             out["confirmation"] = self.confirmation
         if self.unconfirmed:
             out["unconfirmed"] = self.unconfirmed
+        if self._waiting is not None and phase == "search":
+            out["waiting"] = self._waiting
         return out
 
     def _progress(self, *, phase: str, stop_reason: str | None = None) -> None:

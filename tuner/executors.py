@@ -4,8 +4,17 @@ Contract (:class:`TrialExecutor`): :meth:`submit` starts a trial and returns a h
 once; :meth:`wait` returns the trials that finished within a timeout (each exactly
 once, as a :class:`~workers.contracts.TrialResult` — a lost worker is a ``worker_lost``
 result, never an exception); :meth:`capacity` is how many GPUs it schedules onto;
-:meth:`cancel` ends a trial (its engine dies with it). One coordinator thread per
-sweep may call an executor; implementations are thread-safe for that use.
+:meth:`cancel` ends a trial (its engine dies with it); :meth:`unplaceable` says why a
+trial could never be placed on what the executor can ever offer (None: it can, or may
+once a node joins). One coordinator thread per sweep may call an executor;
+implementations are thread-safe for that use.
+
+**What can ever be placed.** A trial needs ``spec.gpus`` (TP × PP) GPUs on one node — of
+its GPU type where the cluster advertises types — or as many CPU cores for vLLM's CPU
+build. The virtual executor offers its ``num_gpus``; a local Ray its one node; a Ray
+cluster the largest node alive, or ``$SLOTUNE_MAX_NODE_GPUS`` where an autoscaler may add
+a larger node type than any running now (Ray does not tell a driver its autoscaler's
+node types). A trial bigger than that would wait in Ray's queue forever.
 
 * :class:`RayExecutor` — trials as Ray tasks with ``num_gpus = tensor_parallel_size``
   (a local Ray with simulated GPUs by default; a cluster with ``RAY_ADDRESS``).
@@ -18,14 +27,47 @@ from __future__ import annotations
 import abc
 import concurrent.futures as cf
 import itertools
+import os
 import threading
+import time
 from collections.abc import Hashable
+from dataclasses import dataclass
 
 from workers.contracts import TrialResult, TrialSpec
 
-__all__ = ["RayExecutor", "TrialExecutor", "VirtualExecutor", "make_executor"]
+__all__ = ["MAX_NODE_GPUS_ENV", "Largest", "RayExecutor", "TrialExecutor", "VirtualExecutor",
+           "make_executor"]
 
 Handle = Hashable
+
+MAX_NODE_GPUS_ENV = "SLOTUNE_MAX_NODE_GPUS"
+"""GPUs of the largest node a Ray cluster may ever have (its autoscaler's largest type)."""
+
+
+@dataclass(frozen=True)
+class Largest:
+    """What the largest node (or the whole virtual cluster) offers one trial."""
+
+    gpus: int
+    cpus: int
+    gpu_types: dict[str, int]
+    """GPUs of each advertised type on the node offering most of it (typed clusters)."""
+    where: str
+    """How to say it: "the largest node", "the virtual executor (--gpus)" …"""
+
+    def refuses(self, spec: TrialSpec, gpu_type: str | None = None) -> str | None:
+        """Why ``spec`` can never be placed here (None: it can)."""
+        if spec.device == "cpu":
+            if spec.gpus > self.cpus:
+                return f"needs {spec.gpus} CPU cores on one node; {self.where} offers {self.cpus}"
+            return None
+        if gpu_type is not None:
+            offered = self.gpu_types.get(gpu_type, 0)
+            if spec.gpus > offered:
+                return f"needs {spec.gpus} × {gpu_type}; {self.where} offers {offered}"
+        if spec.gpus > self.gpus:
+            return f"needs {spec.gpus} GPUs on one node; {self.where} offers {self.gpus}"
+        return None
 
 
 class TrialExecutor(abc.ABC):
@@ -44,6 +86,10 @@ class TrialExecutor(abc.ABC):
 
     @abc.abstractmethod
     def cancel(self, handle: Handle) -> None: ...
+
+    def unplaceable(self, spec: TrialSpec) -> str | None:
+        """Why ``spec`` could never be placed (None: it can, or might later)."""
+        return None
 
     def shutdown(self) -> None:
         return None
@@ -68,6 +114,8 @@ class RayExecutor(TrialExecutor):
                          configure_logging=False)
         self._specs: dict[Handle, TrialSpec] = {}
         self._lock = threading.Lock()
+        self._local = not address
+        self._largest: tuple[float, Largest] | None = None
 
     def submit(self, spec: TrialSpec) -> Handle:
         from workers.ray_worker import submit_trial
@@ -97,6 +145,39 @@ class RayExecutor(TrialExecutor):
     def cancel(self, handle: Handle) -> None:
         # force: the worker process dies, and its engine with it (PR_SET_PDEATHSIG).
         self._ray.cancel(handle, force=True)
+
+    def unplaceable(self, spec: TrialSpec) -> str | None:
+        from workers.ray_worker import GPU_TYPE_PREFIX, gpu_type_resource, uses_gpu_types
+
+        resource = gpu_type_resource(spec) if uses_gpu_types() else None
+        gpu_type = resource.removeprefix(GPU_TYPE_PREFIX) if resource else None
+        return self.largest().refuses(spec, gpu_type)
+
+    def largest(self) -> Largest:
+        """The largest node alive (nodes join and leave: looked at again every 10 s)."""
+        from workers.ray_worker import GPU_TYPE_PREFIX
+
+        now = time.monotonic()
+        if self._largest is not None and now - self._largest[0] < 10.0:
+            return self._largest[1]
+        nodes = [n.get("Resources", {}) for n in self._ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
+        gpus = max((int(r.get("GPU", 0)) for r in nodes), default=0)
+        cpus = max((int(r.get("CPU", 0)) for r in nodes), default=0)
+        types: dict[str, int] = {}
+        for resources in nodes:
+            for key, value in resources.items():
+                if key.startswith(GPU_TYPE_PREFIX):
+                    name = key.removeprefix(GPU_TYPE_PREFIX)
+                    types[name] = max(types.get(name, 0), int(value))
+        where = "this machine's local Ray" if self._local else "the largest node"
+        declared = os.environ.get(MAX_NODE_GPUS_ENV, "").strip()
+        if declared.isdigit() and not self._local:  # (checked at the edge: placement.py)
+            gpus = max(gpus, int(declared))
+            types = {key: max(value, gpus) for key, value in types.items()}
+            where = f"the largest node ({MAX_NODE_GPUS_ENV})"
+        largest = Largest(gpus=gpus, cpus=cpus, gpu_types=types, where=where)
+        self._largest = (now, largest)
+        return largest
 
     def shutdown(self) -> None:
         self._ray.shutdown()
@@ -130,6 +211,10 @@ class VirtualExecutor(TrialExecutor):
 
     def capacity(self) -> int:
         return self._gpus
+
+    def unplaceable(self, spec: TrialSpec) -> str | None:
+        return Largest(gpus=self._gpus, cpus=self._gpus, gpu_types={},
+                       where=f"the virtual executor (--gpus {self._gpus})").refuses(spec)
 
     def cancel(self, handle: Handle) -> None:
         future = self._futures.pop(handle, None)

@@ -326,8 +326,18 @@ class TrialSpec(_Strict):
 
     @property
     def tensor_parallel_size(self) -> int:
-        value = self.engine_flags.get("tensor_parallel_size", 1)
-        return int(value) if isinstance(value, int | float | str) else 1
+        return _parallel_size(self.engine_flags.get("tensor_parallel_size", 1))
+
+    @property
+    def gpus(self) -> int:
+        """Devices one replica of this configuration occupies: tensor × pipeline parallel
+        (GPUs; CPU cores for the CPU build, one per rank)."""
+        return self.tensor_parallel_size * _parallel_size(
+            self.engine_flags.get("pipeline_parallel_size", 1))
+
+
+def _parallel_size(value: KnobValue) -> int:
+    return max(1, int(value)) if isinstance(value, int | float | str) else 1
 
 
 class PhaseTimings(_Strict):

@@ -1,6 +1,6 @@
 """Trials as Ray tasks: resources from the spec, GPUs from Ray, failures as results.
 
-``submit_trial`` schedules one trial with ``num_gpus = tensor_parallel_size``; Ray picks
+``submit_trial`` schedules one trial with ``num_gpus = spec.gpus`` (TP × PP); Ray picks
 the GPUs, and the task hands their ids to the engine as ``CUDA_VISIBLE_DEVICES``.
 ``collect_trial`` turns what comes back into a :class:`~workers.contracts.TrialResult`,
 including when the worker or its node was lost (a transient ``worker_lost`` failure the
@@ -9,7 +9,7 @@ coordinator retries).
 **GPU types on a cluster.** A node advertises the kind of GPU it has as a Ray custom
 resource, one unit per GPU: ``ray start --num-gpus 2 --resources
 '{"gpu_type:h100-sxm": 2}'``. A trial then also asks for ``gpu_type:<name>`` ×
-``tensor_parallel_size``, so it lands on a node with enough GPUs *of that type*. The name
+``spec.gpus``, so it lands on a node with enough GPUs *of that type*. The name
 comes from the spec:
 
 * engine ``sim``: ``spec.sim.gpu`` (the simulated GPU, a catalogue name such as
@@ -73,6 +73,7 @@ __all__ = [
     "submit_trial",
     "trial_options",
     "trial_resources",
+    "uses_gpu_types",
 ]
 
 log = logging.getLogger(__name__)
@@ -115,20 +116,20 @@ _trial_task = ray.remote(max_retries=0)(run_trial_task)
 def trial_options(spec: TrialSpec) -> dict[str, Any]:
     """The Ray task options of a trial: its GPUs, and their type on a typed cluster."""
     # Retries are the coordinator's decision (it re-enqueues lost trials), not Ray's.
-    options: dict[str, Any] = {"num_gpus": spec.tensor_parallel_size,
+    options: dict[str, Any] = {"num_gpus": spec.gpus,
                                "name": f"slotune-trial-{spec.trial_id}"}
     if spec.device == "cpu":
         # vLLM's CPU build: one core per tensor-parallel rank, and no GPU at all.
-        options.update(num_gpus=0, num_cpus=spec.tensor_parallel_size)
+        options.update(num_gpus=0, num_cpus=spec.gpus)
         return options
-    resources = trial_resources(spec) if _cluster_has_gpu_types() else {}
+    resources = trial_resources(spec) if uses_gpu_types() else {}
     if resources:
         options["resources"] = resources
     return options
 
 
 def submit_trial(spec: TrialSpec) -> ray.ObjectRef[str]:
-    """Schedule a trial on a worker with ``tensor_parallel_size`` GPUs (of its type) free."""
+    """Schedule a trial on a worker with ``spec.gpus`` GPUs (of its type) free."""
     return _trial_task.options(**trial_options(spec)).remote(spec.model_dump_json())
 
 
@@ -181,7 +182,7 @@ def gpu_type_resource(spec: TrialSpec, mapping: dict[str, str] | None = None) ->
 def trial_resources(spec: TrialSpec, mapping: dict[str, str] | None = None) -> dict[str, float]:
     """Custom resources of a trial on a typed cluster: its GPU type × tensor parallelism."""
     resource = gpu_type_resource(spec, mapping)
-    return {resource: float(spec.tensor_parallel_size)} if resource else {}
+    return {resource: float(spec.gpus)} if resource else {}
 
 
 def redact_log(text: str, spec: TrialSpec, env: Mapping[str, str] | None = None) -> str:
@@ -225,7 +226,8 @@ def log_excerpt(path: Path, limit: int = LOG_EXCERPT_BYTES, *,
     return excerpt.encode()[:limit].decode(errors="ignore")
 
 
-def _cluster_has_gpu_types() -> bool:
+def uses_gpu_types() -> bool:
+    """Whether any node of this Ray session advertises a ``gpu_type:*`` resource."""
     session = ray.get_runtime_context().get_session_name()
     known = _typed_cluster.get(session)
     now = time.monotonic()

@@ -37,6 +37,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 from tests.tuner.sweep_data import WORKLOAD, SweepData, populate_finished_sweep
 from tuner.db import migrate
 from tuner.store import Store
+from tuner.sweeps import SweepBudget, SweepRequest, queue_sweep
 
 pytestmark = pytest.mark.slow
 
@@ -62,6 +63,14 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, SweepDa
     migrate.upgrade(url)
     with Store(url) as store:
         data = populate_finished_sweep(store)
+        # and one that waits for GPUs other sweeps of its coordinator hold
+        waiting = queue_sweep(store, SweepRequest(space="lab", budget=SweepBudget(max_trials=2)),
+                              claimed_by="coordinator-w")
+        store.update_sweep(waiting.id, lease=waiting.lease, progress={
+            "phase": "search", "trials": 0, "done": 0, "running": 0, "failed": 0,
+            "infeasible": 0, "waiting": {"for": "2 GPU(s), held by other sweeps of "
+                                                "coordinator coordinator-w",
+                                         "since": "2026-12-01T10:00:00+00:00"}})
     port = _free_port()
     env = {**os.environ, "DATABASE_URL": url}
     log = tmp_path_factory.mktemp("uvicorn") / "uvicorn.log"
@@ -220,3 +229,14 @@ def test_sweep_page_shows_progress_charts_trials_and_cards(api: tuple[str, Sweep
     assert cards[0]["hypothesis"] in shown[0].text and "supported" in shown[0].text
     assert "rejected" in shown[1].text
     assert _screenshot(browser, "dashboard-sweep.png").stat().st_size > 10_000
+
+
+def test_a_waiting_sweep_says_what_it_waits_for_and_since_when(api: tuple[str, SweepData],
+                                                                browser: WebDriver) -> None:
+    base, _ = api
+    running = _get(base, "/api/v1/sweeps?status=running")["data"]
+    assert len(running) == 1
+    _load(browser, f"{base}/sweeps/{running[0]['id']}")
+    line = browser.find_element(By.CSS_SELECTOR, '[data-field="waiting"]').text
+    assert line == ("Waiting for 2 GPU(s), held by other sweeps of coordinator coordinator-w "
+                    "since 2026-12-01T10:00:00+00:00")

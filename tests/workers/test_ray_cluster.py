@@ -23,6 +23,7 @@ import yaml
 
 from tests.procscan import engine_pids
 from tests.workers.raycluster import LocalRayCluster
+from tuner.executors import MAX_NODE_GPUS_ENV, RayExecutor
 from tuner.store import Store
 from tuner.sweeps import SweepBudget, SweepRequest, queue_sweep
 from workers.contracts import SLO, SimOptions, TrialResult, TrialSpec
@@ -117,6 +118,26 @@ def test_trials_land_on_nodes_of_their_gpu_type(cluster: LocalRayCluster) -> Non
         assert len(result.log_tail.encode()) <= LOG_EXCERPT_BYTES
         assert engine_pids(s.trial_id) == []
     assert len(set(ran_on)) == 2
+
+
+def test_what_no_node_can_ever_hold_is_named_with_its_gpu_type(
+        cluster: LocalRayCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    executor = RayExecutor(cluster.address)  # joins the running session
+
+    def tp(gpu: str, n: int) -> TrialSpec:
+        return spec(gpu).model_copy(update={"engine_args": {"tensor_parallel_size": n}})
+
+    assert executor.unplaceable(tp("h100-sxm", 2)) is None
+    assert executor.unplaceable(tp("h100-sxm", 4)) == (
+        "needs 4 × h100-sxm; the largest node offers 2")  # 4 GPUs in all, 2 per node
+    assert executor.unplaceable(tp("a100-80g", 1)) == (
+        "needs 1 × a100-80g; the largest node offers 0")
+    # An autoscaler may add a bigger node than any running: the operator declares it.
+    monkeypatch.setenv(MAX_NODE_GPUS_ENV, "8")
+    later = RayExecutor(cluster.address)
+    assert later.unplaceable(tp("h100-sxm", 4)) is None
+    assert later.unplaceable(tp("h100-sxm", 16)) == (
+        f"needs 16 × h100-sxm; the largest node ({MAX_NODE_GPUS_ENV}) offers 8")
 
 
 def test_submit_trial_runs_on_the_cluster(cluster: LocalRayCluster) -> None:

@@ -76,6 +76,9 @@ class SweepOut(_Out):
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    warnings: list[str] = []
+    """What was accepted but will not go as asked (on the answer to a new sweep): parts of
+    the space no node can ever hold, against ``SLOTUNE_MAX_NODE_GPUS`` where declared."""
 
     @classmethod
     def from_record(cls, record: SweepRecord) -> SweepOut:

@@ -22,6 +22,7 @@ from tuner.strategies._base import (
     constraint_values,
     infeasible_result,
     params_key,
+    unplaceable_result,
 )
 from tuner.strategies._confirm import Confirmation, ConfirmedConfig, confirm
 from tuner.strategies._guided import (
@@ -59,6 +60,7 @@ __all__ = [
     "make_strategy",
     "params_key",
     "rank",
+    "unplaceable_result",
 ]
 
 STRATEGIES: dict[str, type[Strategy]] = {

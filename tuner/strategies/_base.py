@@ -48,6 +48,7 @@ __all__ = [
     "constraint_values",
     "infeasible_result",
     "params_key",
+    "unplaceable_result",
 ]
 
 CONSTRAINT_KEYS: tuple[str, ...] = ("fits", "rule", *SLO_METRICS)
@@ -90,6 +91,14 @@ def infeasible_result(trial_id: str, rule: str) -> TrialResult:
     return TrialResult(trial_id=trial_id, status="infeasible", objective=0.0,
                        constraints={"rule": 1.0}, violated_rule=rule,
                        failure_message=f"breaks the space's rule: {rule}")
+
+
+def unplaceable_result(trial_id: str, reason: str) -> TrialResult:
+    """The result of a configuration no node can ever hold (more GPUs than any offers):
+    never booted, objective 0, ``fits`` violated so the sampler steers away from it."""
+    return TrialResult(trial_id=trial_id, status="infeasible", objective=0.0,
+                       constraints={"fits": 1.0},
+                       failure_message=f"can never be placed: {reason}")
 
 
 def constraint_values(result: TrialResult) -> dict[str, float]:

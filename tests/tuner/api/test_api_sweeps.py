@@ -9,6 +9,7 @@ import pytest
 
 from tests.tuner.api.conftest import ClientFactory
 from tests.tuner.api.data import WRITE, measure, queue
+from tests.tuner.coordinator.test_coordinator import TP_SPACE
 from tuner.api.routes import dashboard
 from tuner.store import Store
 
@@ -226,3 +227,20 @@ async def test_non_finite_capacity_targets_are_422(client: httpx.AsyncClient,
                                  headers={"Content-Type": "application/json"})
     assert response.status_code == 422, response.text
     assert ["body", "target_rps"] in [e["loc"] for e in response.json()["detail"]]
+
+
+async def test_a_new_sweep_says_which_part_of_its_space_no_node_can_hold(
+        client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    body = {"space": TP_SPACE, "strategy": "grid", "budget": {"max_trials": 6}}
+    undeclared = await client.post("/api/v1/sweeps", json=body, headers=WRITE)
+    assert undeclared.status_code == 201 and undeclared.json()["warnings"] == []
+    monkeypatch.setenv("SLOTUNE_MAX_NODE_GPUS", "4")
+    declared = await client.post("/api/v1/sweeps", json=body, headers=WRITE)
+    assert declared.status_code == 201
+    assert declared.json()["warnings"] == [
+        "tensor_parallel_size=8: needs 8 GPUs on one node; the largest node "
+        "(SLOTUNE_MAX_NODE_GPUS) offers 4: those trials are recorded infeasible, never booted"]
+    listed = (await client.get(f"/api/v1/sweeps/{declared.json()['id']}")).json()
+    assert listed["warnings"] == []  # said when it was queued; the trials say it after
+    monkeypatch.setenv("SLOTUNE_MAX_NODE_GPUS", "lots")  # the server's mistake, not the client's
+    assert (await client.post("/api/v1/sweeps", json=body, headers=WRITE)).status_code == 201

@@ -10,6 +10,8 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Hashable
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -292,15 +294,61 @@ def test_a_winner_whose_repeats_break_the_slo_is_not_confirmed(store: Store,
 
 
 def test_a_sweep_waiting_for_gpus_other_sweeps_hold_waits_rather_than_ending(
-        store: Store, migrated_url: str) -> None:
+        store: Store, migrated_url: str, tmp_path: Path) -> None:
     # Three sweeps on two GPUs: the third finds both held when it starts. It waits for
     # one (it used to end at once, "nothing left to try", with no trial run).
-    request = SweepRequest(space="lab", strategy="random",
+    workload = tmp_path / "slow.yaml"  # trials of a second or so: the wait is seen
+    workload.write_text("name: slow\ndataset: {kind: random, input_len: 512, output_len: 128}"
+                        "\narrivals: {request_rate: 4}\nnum_prompts: 1500\n")
+    request = SweepRequest(space="lab", strategy="random", workload=str(workload),
                            budget=SweepBudget(max_trials=3, confirm_top=0))
     sweeps = [queue_sweep(store, request) for _ in range(3)]
-    Coordinator(store, VirtualExecutor(2), database_url=migrated_url).serve(poll_s=0.1,
-                                                                            once=True)
+    coordinator = Coordinator(store, VirtualExecutor(2), database_url=migrated_url)
+    serving = threading.Thread(target=coordinator.serve, kwargs={"poll_s": 0.1, "once": True})
+    serving.start()
+    seen: list[dict[str, Any]] = []
+    while serving.is_alive():
+        seen += [s.progress["waiting"] for s in store.list_sweeps().data
+                 if "waiting" in s.progress]
+        time.sleep(0.05)
+    serving.join()
+    # While it waited, its status said for what and since when.
+    assert seen and seen[0]["for"] == (f"1 GPU(s), held by other sweeps of coordinator "
+                                       f"{coordinator.coordinator_id}")
+    assert datetime.fromisoformat(seen[0]["since"]).tzinfo is not None
     for sweep in sweeps:
         final = store.get_sweep(sweep.id)
         assert final.status == "done" and final.progress["trials"] == 3, final.stop_reason
+        assert "waiting" not in final.progress
         assert store.list_trials(sweep.id, status="ok").count == 3
+
+
+TP_SPACE: dict[str, Any] = {
+    "name": "tp-248", "engine": "sim", "model": "Qwen/Qwen2.5-7B-Instruct", "gpu": "rtx4090",
+    "fixed": {"quantization": "fp8", "max_model_len": 4096},
+    "knobs": {"tensor_parallel_size": {"type": "values", "values": [2, 4, 8], "default": 2},
+              "max_num_seqs": {"type": "values", "values": [64, 128], "default": 64}},
+    "workload": {"name": "tp-4rps", "dataset": {"kind": "random", "input_len": 256,
+                                                "output_len": 64},
+                 "arrivals": {"request_rate": 4}, "num_prompts": 40, "warmup_requests": 2},
+    "slo": "ttft:300,tpot:50", "sim": {"gpu": "rtx4090", "time_scale": 3},
+}
+
+
+def test_trials_no_node_can_hold_are_infeasible_at_once_and_the_sweep_ends(
+        store: Store, migrated_url: str) -> None:
+    sweep = queue_sweep(store, SweepRequest(space=TP_SPACE, strategy="grid",
+                                            budget=SweepBudget(max_trials=6, confirm_top=0)))
+    final = Coordinator(store, VirtualExecutor(2), database_url=migrated_url).run_sweep(sweep.id)
+    assert final.status == "done"
+    rows = store.list_trials(sweep.id).data
+    assert len(rows) == 6
+    for row in rows:
+        tp = row.params["tensor_parallel_size"]
+        assert row.status == ("ok" if tp == 2 else "infeasible"), row
+        if tp != 2:
+            assert row.result is not None
+            assert row.result["failure_message"] == (
+                f"can never be placed: needs {tp} GPUs on one node; the virtual executor "
+                "(--gpus 2) offers 2")
+            assert row.result["constraints"]["fits"] > 0  # the sampler learns to avoid it

@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from tests.procscan import engine_pids
+from tests.tuner.coordinator.test_coordinator import TP_SPACE
 from tuner.coordinator import Coordinator, SweepRunner
 from tuner.db.errors import StorageError
 from tuner.db.models import Sweep
@@ -334,3 +335,25 @@ def test_sweep_run_with_an_unknown_executor_leaves_no_row(store: Store,
                           stdin=subprocess.DEVNULL)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert store.list_sweeps().count == 0
+
+
+def test_a_tp_space_on_a_two_gpu_local_ray_ends_with_its_big_trials_infeasible(
+        postgres_store: Store, postgres_url: str, ray_executor: RayExecutor) -> None:
+    store = postgres_store
+    sweep = queue_sweep(store, SweepRequest(space=TP_SPACE, strategy="grid",
+                                            budget=SweepBudget(max_trials=6, confirm_top=0)))
+    final = Coordinator(store, ray_executor, database_url=postgres_url).run_sweep(sweep.id)
+    assert final.status == "done"
+    final_attempts = {r.number: r for r in store.list_trials(sweep.id).data}  # by attempt
+    rows = list(final_attempts.values())
+    by_tp = {tp: [r for r in rows if r.params["tensor_parallel_size"] == tp] for tp in (2, 4, 8)}
+    summary = [(r.number, r.attempt, r.status, r.params, r.failure_class) for r in rows]
+    assert [r.status for r in by_tp[2]] == ["ok", "ok"], summary  # booted on the two GPUs
+    for tp in (4, 8):
+        assert [r.status for r in by_tp[tp]] == ["infeasible", "infeasible"], summary
+        for row in by_tp[tp]:
+            assert row.result is not None and row.result["failure_message"] == (
+                f"can never be placed: needs {tp} GPUs on one node; this machine's local Ray "
+                "offers 2")
+            assert row.result["timings"]["boot_s"] is None  # never booted
+    _no_engine_left()

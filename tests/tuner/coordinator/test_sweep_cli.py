@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -12,6 +13,7 @@ import pytest
 import yaml
 
 from tests.procscan import engine_pids
+from tests.tuner.coordinator.test_coordinator import TP_SPACE
 from tuner.store import Store
 
 pytestmark = pytest.mark.slow
@@ -19,9 +21,10 @@ pytestmark = pytest.mark.slow
 SLOTUNE = str(Path(sys.executable).with_name("slotune"))
 
 
-def slotune(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def slotune(*args: str, timeout: float = 600,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([SLOTUNE, *args], capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL)
+                          stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})})
 
 
 LIGHT_LAB = """name: lab-2rps
@@ -99,3 +102,51 @@ def test_user_mistakes_get_one_line_and_exit_2(migrated_url: str, tmp_path: Path
         assert "Traceback" not in result.stderr
         assert "hashhash" not in result.stderr  # a file that is no space is never echoed
     assert Store(migrated_url).list_sweeps().count == before  # refused before any row
+
+
+def test_a_space_no_node_can_wholly_hold_is_warned_about_or_refused(
+        migrated_url: str, tmp_path: Path) -> None:
+    space = tmp_path / "tp.yaml"
+    space.write_text(yaml.safe_dump(TP_SPACE))
+    common = ["--space", str(space), "--strategy", "grid", "--trials", "6", "--confirm-top",
+              "0", "--executor", "virtual", "--database-url", migrated_url]
+    strict = slotune("sweep", "run", *common, "--gpus", "2", "--strict")
+    assert strict.returncode == 2 and "Traceback" not in strict.stderr
+    assert "tensor_parallel_size=4: needs 4 GPUs" in strict.stderr
+    assert "tensor_parallel_size=8: needs 8 GPUs" in strict.stderr
+    with Store(migrated_url) as store:
+        assert store.list_sweeps().count == 0  # refused before any row
+
+    warned = slotune("sweep", "run", *common, "--gpus", "2")
+    assert warned.returncode == 0, warned.stderr
+    warnings = [line for line in warned.stderr.splitlines() if "warning" in line]
+    assert len(warnings) == 2 and all("(--gpus 2) offers 2" in w for w in warnings)
+    with Store(migrated_url) as store:
+        sweep = store.list_sweeps().data[0]
+        statuses = sorted(t.status for t in store.list_trials(sweep.id).data)
+    assert statuses == ["infeasible"] * 4 + ["ok"] * 2
+
+    # Without --gpus the virtual executor is as large as the space's largest trial.
+    sized = slotune("sweep", "run", *common)
+    assert sized.returncode == 0 and "warning" not in sized.stderr, sized.stderr
+    with Store(migrated_url) as store:
+        sweep = store.list_sweeps().data[0]
+        rows = store.list_trials(sweep.id).data
+    assert len(rows) == 6 and not [r for r in rows if "placed" in str(r.result)]
+    # (every trial booted; TP 8 of a 28-head model is then refused by the engine itself)
+    assert {r.params["tensor_parallel_size"] for r in rows if r.status == "ok"} >= {2, 4}
+
+    # Queued for a coordinator elsewhere: checked against the declared largest node.
+    env = {"SLOTUNE_MAX_NODE_GPUS": "4"}
+    submit = ["sweep", "submit", "--space", str(space), "--database-url", migrated_url]
+    queued = slotune(*submit, env=env)
+    assert queued.returncode == 0 and queued.stdout.strip().isdigit(), queued.stderr
+    assert "tensor_parallel_size=8: needs 8 GPUs on one node; the largest node " \
+           "(SLOTUNE_MAX_NODE_GPUS) offers 4" in queued.stderr
+    assert "tensor_parallel_size=4" not in queued.stderr
+    refused = slotune(*submit, "--strict", env=env)
+    assert refused.returncode == 2 and "tensor_parallel_size=8" in refused.stderr
+    bad = slotune(*submit, env={"SLOTUNE_MAX_NODE_GPUS": "lots"})
+    assert bad.returncode == 2 and "SLOTUNE_MAX_NODE_GPUS='lots'" in bad.stderr
+    with Store(migrated_url) as store:
+        assert store.list_sweeps(status="queued").count == 1

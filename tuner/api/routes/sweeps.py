@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import logging
 import re
 from typing import Annotated, Any, Literal
 
@@ -12,12 +13,14 @@ from tuner.api.deps import StoreDep, WriterDep
 from tuner.api.errors import ERROR_RESPONSES, ErrorOut, InvalidInput
 from tuner.api.params import Limit, NameFilter, Offset, SweepId
 from tuner.api.schemas import CardOut, ListOut, SweepOut, TrialOut
+from tuner.placement import declared_cluster, unplaceable_layouts
 from tuner.spaces import SpaceError
-from tuner.sweeps import REQUEST_ERRORS, SweepRequest, queue_sweep
+from tuner.sweeps import REQUEST_ERRORS, SweepRequest, queue_sweep, resolve
 from workers.contracts import SLO
 from workers.loadgen import WorkloadError
 
 router = APIRouter(prefix="/sweeps", tags=["sweeps"], responses=ERROR_RESPONSES)
+log = logging.getLogger("slotune.api")
 
 SweepStatus = Literal["queued", "running", "done", "failed", "cancelled"]
 TrialStatus = Literal["pending", "running", "ok", "infeasible", "failed", "lost"]
@@ -37,6 +40,7 @@ def create_sweep(request: SweepRequest, store: StoreDep, _: WriterDep) -> SweepO
         except ValueError as exc:
             raise InvalidInput(["body", "slo"], str(exc)) from None
     try:
+        warnings = _placement_warnings(request)
         record = queue_sweep(store, request)
     except SpaceError as exc:
         raise InvalidInput(["body", "space"], str(exc)) from None
@@ -44,7 +48,20 @@ def create_sweep(request: SweepRequest, store: StoreDep, _: WriterDep) -> SweepO
         raise InvalidInput(["body", "workload"], str(exc)) from None
     except REQUEST_ERRORS as exc:
         raise InvalidInput(["body"], str(exc)) from None
-    return SweepOut.from_record(record)
+    return SweepOut.from_record(record).model_copy(update={"warnings": warnings})
+
+
+def _placement_warnings(request: SweepRequest) -> list[str]:
+    """What ``sweep submit`` warns about: layouts no node of the declared cluster holds."""
+    try:
+        cluster = declared_cluster()
+    except ValueError as exc:  # the server's setting, not the client's input
+        log.warning("placement not checked: %s", exc)
+        return []
+    if cluster is None:
+        return []
+    return [f"{line}: those trials are recorded infeasible, never booted"
+            for line in unplaceable_layouts(resolve(request)[0], cluster)]
 
 
 @router.get("", response_model=ListOut[SweepOut])

@@ -193,6 +193,8 @@
         stat("best trial", p.best_trial_id !== undefined && p.best_trial_id !== null ? "id " + p.best_trial_id : "—", "best_trial_id",
              p.best_trial_id),
         stat("ETA", finished ? "finished" : duration(p.eta_s), "eta", p.eta_s)),
+      p.waiting && !finished ? el("p", { "data-field": "waiting" },
+        "Waiting for " + p.waiting["for"] + " since " + p.waiting.since) : null,
       s.stop_reason ? el("p", { "data-field": "stop_reason" }, "Stopped: " + s.stop_reason) : null));
   }
 
