@@ -18,14 +18,13 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import optuna
 import pytest
 
+from tests.polling import wait_for
 from tuner.db.optuna_storage import optuna_storage
 from tuner.store import Store, TrialRecord
 from tuner.strategies import params_key
@@ -76,16 +75,6 @@ def procs() -> Iterator[Processes]:
     yield running
     running.stop_all()
     assert all(p.returncode is not None for p in running.started)  # no process of ours left
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def finish(proc: subprocess.Popen[str], timeout: float = 300) -> tuple[int, str, str]:

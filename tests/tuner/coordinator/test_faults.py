@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from tests.polling import wait_for
 from tests.procscan import engine_pids
 from tests.tuner.coordinator.test_coordinator import TP_SPACE
 from tuner.coordinator import Coordinator, SweepRunner
@@ -101,17 +102,7 @@ def _kill_an_engine_once_measuring(kill_parent: bool = False) -> None:
 
 
 def _no_engine_left() -> None:
-    _wait_for(lambda: not engine_pids(), 15, "every engine to be gone")
-
-
-def _wait_for(predicate: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+    wait_for(lambda: not engine_pids(), 15, "every engine to be gone")
 
 
 def test_engine_killed_mid_trial_is_crashed_and_the_sweep_goes_on(
@@ -170,7 +161,7 @@ def test_postgres_restart_mid_sweep_loses_nothing(postgres_store: Store, postgre
         max_trials=40, confirm_top=0)))
     thread, box = _run_in_thread(
         Coordinator(store, VirtualExecutor(2), database_url=migrated_url), sweep.id)
-    _wait_for(lambda: len(store.list_trials(sweep.id, status="ok").data) >= 4, 60,
+    wait_for(lambda: len(store.list_trials(sweep.id, status="ok").data) >= 4, 60,
               "the first results")
     try:
         _postgres("stop")
@@ -245,8 +236,8 @@ def test_serving_coordinator_rides_out_a_postgres_stop_then_runs_what_is_queued(
             assert coordinator.poll() is None, "the coordinator died with the database"
         finally:
             _postgres("start")
-        sweep = _wait_for(lambda: _queue_when_up(store), 60, "Postgres to accept a sweep")
-        final = _wait_for(lambda: (s := store.get_sweep(sweep)).status in ("done", "failed")
+        sweep = wait_for(lambda: _queue_when_up(store), 60, "Postgres to accept a sweep")
+        final = wait_for(lambda: (s := store.get_sweep(sweep)).status in ("done", "failed")
                           and s, 120, "the sweep queued after the outage to finish")
         assert final.status == "done", final.stop_reason
         assert coordinator.poll() is None
