@@ -607,7 +607,8 @@ class SweepRunner:
         winner = top[params_index[params_key(outcome.winner.params)]][0]
         if outcome.winner.lcb > 0:
             # Confirmed only when the repeats hold the SLO: a lucky search run is not.
-            self.store.mark_confirmed(winner.id, lease=self.lease)
+            self.store.mark_confirmed(winner.id, repeats=limits.confirm_repeats,
+                                      lease=self.lease)
             self.best = (outcome.winner.mean, winner.id)
         else:
             self.best = None

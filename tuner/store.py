@@ -47,12 +47,14 @@ from tuner.db.models import (
     SweepTrial,
     WorkloadRow,
     best_config_view,
+    no_passing_view,
     utcnow,
 )
 from tuner.db.records import (
     BestConfig,
     CardRecord,
     Lease,
+    NoPassingConfig,
     OrphanTrial,
     Page,
     SweepRecord,
@@ -69,6 +71,7 @@ __all__ = [
     "Conflict",
     "Lease",
     "LeaseLost",
+    "NoPassingConfig",
     "NotFound",
     "OrphanTrial",
     "Page",
@@ -441,11 +444,15 @@ class Store:
             "result": result.model_dump(mode="json"),
             "diagnosis": result.diagnosis,
             "timings": result.timings.model_dump(mode="json"),
+            "engine_version": result.engine.engine_version,
+            "headroom": result.headroom,
             "finished_at": now,
             "heartbeat_at": now,
         }
         with self._session() as session:
             _hold_for_trial(session, lease, trial_id)
+            spec = _get(session, SweepTrial, trial_id, "trial").spec or {}
+            values["engine"] = spec.get("engine")
             done = _rowcount(session, update(SweepTrial).where(
                 SweepTrial.id == trial_id, SweepTrial.status.in_(UNFINISHED_TRIAL_STATUSES),
             ).values(**values))
@@ -514,10 +521,10 @@ class Store:
             rows = session.scalars(page).all()
             return Page(data=[TrialRecord.model_validate(r) for r in rows], count=count)
 
-    def mark_confirmed(self, trial_id: int, confirmed: bool = True, *,
+    def mark_confirmed(self, trial_id: int, confirmed: bool = True, *, repeats: int = 0,
                        lease: Lease | None = None) -> TrialRecord:
-        """Mark an ``ok`` trial as confirmed (it held up when re-run); it then ranks first
-        in ``best_config_per_workload``."""
+        """Mark an ``ok`` trial as confirmed (it held up in ``repeats`` re-runs); it then
+        ranks first in ``best_config_per_workload``."""
         with self._session() as session:
             _hold_for_trial(session, lease, trial_id)
             trial = _get(session, SweepTrial, trial_id, "trial")
@@ -525,6 +532,7 @@ class Store:
                 raise Conflict(f"trial {trial_id} is {trial.status}; only ok trials are "
                                "confirmed")
             trial.confirmed = confirmed
+            trial.repeats = repeats if confirmed else 0
             session.flush()
             return TrialRecord.model_validate(trial)
 
@@ -593,6 +601,18 @@ class Store:
         with self._session() as session:
             rows = session.execute(query).mappings().all()
             return [BestConfig.model_validate(dict(r)) for r in rows]
+
+    def without_passing_config(self, workload: str | None = None) -> list[NoPassingConfig]:
+        """Rows of ``workloads_without_passing_config`` (of one workload, if named):
+        measured groups where no configuration met the SLO."""
+        view = no_passing_view.c
+        query = select(no_passing_view).order_by(view.workload, view.model, view.gpu,
+                                                 view.slo)
+        if workload is not None:
+            query = query.where(view.workload == workload)
+        with self._session() as session:
+            rows = session.execute(query).mappings().all()
+            return [NoPassingConfig.model_validate(dict(r)) for r in rows]
 
     def best_for_workload(self, name: str) -> list[BestConfig]:
         """The best configuration of workload ``name`` per (model, gpu, slo).

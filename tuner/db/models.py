@@ -37,6 +37,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 __all__ = [
     "BEST_CONFIG_VIEW",
+    "NO_PASSING_VIEW",
     "OUR_TABLES",
     "SWEEP_MODES",
     "SWEEP_STATUSES",
@@ -52,6 +53,7 @@ __all__ = [
     "UTCDateTime",
     "WorkloadRow",
     "best_config_view",
+    "no_passing_view",
     "utcnow",
 ]
 
@@ -192,6 +194,14 @@ class SweepTrial(Base):
     diagnosis: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     timings: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     confirmed: Mapped[bool] = mapped_column(Boolean, default=False)
+    repeats: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    """Confirmation re-runs a confirmed trial held up in."""
+    engine: Mapped[str | None] = mapped_column(String(16))
+    """``vllm`` or ``sim``, from the trial's spec."""
+    engine_version: Mapped[str | None] = mapped_column(String(64))
+    """What the engine reported (``GET /version``) when the trial ran."""
+    headroom: Mapped[float | None] = mapped_column(Float)
+    """The worst observed/target SLO ratio of the trial (< 1: it met the SLO)."""
     worker: Mapped[str | None] = mapped_column(String(200))
     node: Mapped[str | None] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
@@ -246,5 +256,26 @@ best_config_view = Table(
     Column("capacity", Float),
     Column("confirmed", Boolean),
     Column("trial_id", Integer),
+    Column("measured_at", UTCDateTime),
+    Column("engine", String),
+    Column("engine_version", String),
+    Column("repeats", Integer),
+    Column("stale", Boolean),
+)
+
+NO_PASSING_VIEW = "workloads_without_passing_config"
+
+no_passing_view = Table(
+    NO_PASSING_VIEW,
+    MetaData(),
+    Column("workload", String),
+    Column("model", String),
+    Column("gpu", String),
+    Column("slo", String),
+    Column("request_rate", Float),
+    Column("closest", Integer),
+    Column("closest_config", JSONType),
+    Column("closest_ratio", Float),
+    Column("trials", Integer),
     Column("measured_at", UTCDateTime),
 )

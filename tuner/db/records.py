@@ -16,6 +16,7 @@ __all__ = [
     "BestConfig",
     "CardRecord",
     "Lease",
+    "NoPassingConfig",
     "OrphanTrial",
     "Page",
     "SweepRecord",
@@ -111,6 +112,10 @@ class TrialRecord(_Record):
     diagnosis: dict[str, Any] | None
     timings: dict[str, Any] | None
     confirmed: bool
+    repeats: int = 0
+    engine: str | None = None
+    engine_version: str | None = None
+    headroom: float | None = None
     worker: str | None
     node: str | None
     created_at: datetime
@@ -145,7 +150,8 @@ class CardRecord(_Record):
 
 
 class BestConfig(_Record):
-    """One row of the ``best_config_per_workload`` view (see migration 0001 for columns)."""
+    """One row of ``best_config_per_workload``: a configuration that met the SLO (see
+    migration 0003 and the README for the columns)."""
 
     workload: str
     model: str
@@ -157,3 +163,36 @@ class BestConfig(_Record):
     confirmed: bool
     trial_id: int
     measured_at: datetime | None
+    engine: str | None = None
+    engine_version: str | None = None
+    repeats: int = 0
+    stale: bool = False
+    """The group's newest measurement ran another engine version."""
+
+
+class NoPassingConfig(_Record):
+    """One row of ``workloads_without_passing_config``: measured, and nothing met the SLO."""
+
+    workload: str
+    model: str
+    gpu: str
+    slo: str
+    request_rate: float | None
+    """The workload's rate (req/s) at which nothing passed; None in capacity mode."""
+    closest: int
+    """The trial that came closest (smallest worst observed/target ratio)."""
+    closest_config: dict[str, Any]
+    closest_ratio: float | None
+    trials: int
+    measured_at: datetime | None
+
+    def reason(self) -> str:
+        """What a reader is told instead of a winner."""
+        rate = self.request_rate
+        at = f" at {rate:g} req/s" if rate and rate < float("inf") else ""
+        missed = ("" if self.closest_ratio is None else
+                  f"; the closest (trial {self.closest}) missed its worst SLO target by "
+                  f"{(self.closest_ratio - 1) * 100:.0f}%")
+        return (f"no configuration meets the SLO{at} ({self.trials} measured){missed}: a "
+                "capacity problem (more replicas, a larger GPU, or capacity mode), not a "
+                "tuning one")

@@ -17,6 +17,8 @@ from tuner.db.errors import MigrationError, StorageUnavailable
 from tuner.db.models import BEST_CONFIG_VIEW, OUR_TABLES, Base
 from tuner.db.optuna_storage import create_or_load_study, optuna_storage
 from tuner.db.session import make_engine
+from tuner.store import Store
+from workers.contracts import SLO, EngineFacts, TrialResult, TrialSpec, Workload
 
 OURS = {*OUR_TABLES, migrate.VERSION_TABLE}
 
@@ -119,3 +121,29 @@ def test_unreachable_and_unknown_revision_are_storage_errors(empty_url: str) -> 
     assert "hunter2" not in str(unreachable.value)
     with pytest.raises(MigrationError):
         migrate.upgrade(empty_url, "no-such-revision")
+
+
+def test_the_view_revision_fills_in_trials_stored_before_it(empty_url: str) -> None:
+    migrate.upgrade(empty_url)
+    with Store(empty_url) as store:
+        sweep = store.create_sweep(name="s", workload=Workload(name="w"), slo=SLO(ttft=300),
+                                   space={}, model="m", gpu="h100-sxm", strategy="tpe")
+        spec = TrialSpec(trial_id="t", engine="vllm", model="m", workload=Workload(name="w"),
+                         slo=SLO(ttft=300))
+        trial = store.start_trial(sweep.id, number=0, params={}, spec=spec)
+        store.finish_trial(trial.id, TrialResult(trial_id="t", status="ok", objective=5.0,
+                                                 headroom=0.7, engine=EngineFacts(
+                                                     engine_version="0.32.0")))
+    migrate.downgrade(empty_url, "0002")  # as a database migrated before this revision
+    engine = make_engine(empty_url)
+    try:
+        columns = {c["name"] for c in inspect(engine).get_columns(BEST_CONFIG_VIEW)}
+        assert "engine_version" not in columns and "objective" in columns  # 0001's view
+    finally:
+        engine.dispose()
+    migrate.upgrade(empty_url)
+    with Store(empty_url) as store:
+        filled = store.get_trial(trial.id)
+        assert (filled.engine, filled.engine_version, filled.headroom) == ("vllm", "0.32.0", 0.7)
+        [row] = store.best_for_workload("w")
+        assert (row.trial_id, row.engine_version, row.stale) == (trial.id, "0.32.0", False)

@@ -17,16 +17,18 @@ from tuner.store import (
     Store,
     SweepRecord,
 )
-from workers.contracts import SLO, TrialResult, TrialSpec, Workload
+from workers.contracts import SLO, EngineFacts, TrialResult, TrialSpec, Workload
 
 SLO_A = SLO(ttft=300, tpot=50)
 SLO_B = SLO(ttft=1000, tpot=100)
 
 
 def _sweep(store: Store, *, workload: str = "chat", slo: SLO = SLO_A, model: str = "m-8b",
-           gpu: str = "h100-sxm", name: str = "s", owner: str | None = None) -> SweepRecord:
+           gpu: str = "h100-sxm", name: str = "s", owner: str | None = None,
+           rate: float = 20.0) -> SweepRecord:
     return store.create_sweep(
-        name=name, workload=Workload(name=workload), slo=slo, space={"knobs": ["x"]},
+        name=name, workload=Workload(name=workload, arrivals={"request_rate": rate}), slo=slo,
+        space={"knobs": ["x"]},
         model=model, gpu=gpu, strategy="tpe", budget={"max_trials": 10}, owner=owner)
 
 
@@ -285,6 +287,65 @@ def test_view_has_one_row_per_workload_model_gpu_slo(store: Store) -> None:
     assert store.best_for_workload("codegen") == []
     with pytest.raises(NotFound):
         store.best_for_workload("no-such-workload")
+
+
+def _run(store: Store, sweep_id: int, number: int, *, objective: float, headroom: float,
+         version: str | None = "0.32.0", params: dict[str, Any] | None = None) -> int:
+    """A vLLM trial measured on engine ``version``: objective 0 means the SLO was missed."""
+    params = params or {"max_num_seqs": 64 * (number + 1)}
+    spec = TrialSpec(trial_id=f"t{number}", engine="vllm", model="m-8b", knobs=params,
+                     workload=Workload(name="chat"), slo=SLO_A)
+    trial = store.start_trial(sweep_id, number=number, params=params, spec=spec)
+    store.finish_trial(trial.id, TrialResult(
+        trial_id=f"t{number}", status="ok", objective=objective, gate_passed=objective > 0,
+        headroom=headroom, engine=EngineFacts(engine_version=version)))
+    return trial.id
+
+
+def test_view_rule_a_configuration_that_missed_the_slo_is_never_a_best_row(
+        store: Store) -> None:
+    sweep = _sweep(store, workload="lab")
+    _run(store, sweep.id, 0, objective=0.0, headroom=1.9)
+    closest = _run(store, sweep.id, 1, objective=0.0, headroom=1.25)
+    assert store.best_for_workload("lab") == []
+    assert store.best_config_per_workload() == []
+    [row] = store.without_passing_config("lab")
+    assert (row.closest, row.closest_ratio, row.trials) == (closest, 1.25, 2)
+    assert row.request_rate == 20.0
+    assert row.closest_config["max_num_seqs"] == 128 and row.measured_at is not None
+    assert row.reason() == (
+        f"no configuration meets the SLO at {row.request_rate:g} req/s (2 measured); the "
+        f"closest (trial {closest}) missed its worst SLO target by 25%: a capacity problem "
+        "(more replicas, a larger GPU, or capacity mode), not a tuning one")
+    # One configuration that meets it: a best row, and the group leaves the other view.
+    passing = _run(store, sweep.id, 2, objective=3.5, headroom=0.8)
+    assert [r.trial_id for r in store.best_for_workload("lab")] == [passing]
+    assert store.without_passing_config("lab") == []
+
+
+def test_view_rule_a_best_row_says_what_measured_it_when_and_how_sure(store: Store) -> None:
+    sweep = _sweep(store)
+    best = _run(store, sweep.id, 0, objective=5.0, headroom=0.7)
+    store.mark_confirmed(best, repeats=3)
+    [row] = store.best_for_workload("chat")
+    assert (row.trial_id, row.engine, row.engine_version) == (best, "vllm", "0.32.0")
+    assert (row.confirmed, row.repeats, row.stale) == (True, 3, False)
+    assert row.measured_at == store.get_trial(best).finished_at
+    assert row.slo == '{"percentile":99.0,"tpot":50.0,"ttft":300.0}'
+
+
+def test_view_rule_a_best_row_measured_on_an_older_engine_is_stale(store: Store) -> None:
+    old = _sweep(store)
+    best = _run(store, old.id, 0, objective=9.0, headroom=0.5, version="0.30.0")
+    assert not store.best_for_workload("chat")[0].stale
+    new = _sweep(store, name="after the upgrade")
+    _run(store, new.id, 0, objective=4.0, headroom=0.9, version="0.33.0")
+    [row] = store.best_for_workload("chat")
+    assert (row.trial_id, row.engine_version, row.stale) == (best, "0.30.0", True)
+    remeasured = _run(store, new.id, 1, objective=9.5, headroom=0.5, version="0.33.0",
+                      params={"max_num_seqs": 512})
+    [row] = store.best_for_workload("chat")
+    assert (row.trial_id, row.stale) == (remeasured, False)
 
 
 # --- experiment cards --------------------------------------------------------------------
