@@ -14,6 +14,8 @@ meets the SLO.
 
 from __future__ import annotations
 
+import json
+import os
 import shlex
 import sys
 from datetime import datetime
@@ -129,15 +131,33 @@ def slo_text(stored: str) -> str:
         return stored
 
 
+def _console() -> Console:
+    """A console as wide as the terminal, or — writing to a file, a pipe, CI — as wide as
+    the content (``COLUMNS`` when set): a table row stays one line, never wrapped into
+    unreadable cells."""
+    if sys.stdout.isatty():
+        return Console()
+    columns = os.environ.get("COLUMNS", "")
+    return Console(width=int(columns) if columns.isdigit() else 10_000, soft_wrap=True)
+
+
+_BEST_FIELDS = ("workload", "model", "gpu", "slo", "objective", "capacity", "confirmed",
+                "repeats", "engine", "engine_version", "stale", "trial_id", "measured_at")
+
+
 def _best_table(rows: list[BestConfig], title: str) -> Table:
     table = Table(title=title)
     for col in ("workload", "model", "GPU", "SLO", "objective", "capacity", "confirmed",
-                "trial"):
+                "engine", "measured", "trial"):
         table.add_column(col)
     for r in rows:
+        confirmed = f"yes ({r.repeats} repeats)" if r.confirmed else "no"
+        engine = " ".join(str(x) for x in (r.engine, r.engine_version) if x) or "—"
         table.add_row(r.workload, r.model, r.gpu, slo_text(r.slo), f"{r.objective:.3f}",
-                      "—" if r.capacity is None else f"{r.capacity:.2f}",
-                      "yes" if r.confirmed else "no", str(r.trial_id))
+                      "—" if r.capacity is None else f"{r.capacity:.2f}", confirmed,
+                      engine + (" [yellow](stale)[/]" if r.stale else ""),
+                      r.measured_at.strftime("%Y-%m-%d %H:%M") if r.measured_at else "—",
+                      str(r.trial_id))
     return table
 
 
@@ -187,8 +207,10 @@ def _finish(store: Any, sweep: SweepRecord, console: Console,
         console.print(f"[yellow]no winner: {sweep.progress['unconfirmed']}; rerun the sweep "
                       "on a quieter machine, or with more confirmation repeats[/]")
     else:
-        console.print("[yellow]no configuration met the SLO at this workload's rate; "
-                      "try capacity mode (--mode capacity) or more replicas[/]")
+        missing = [m for m in store.without_passing_config(sweep.workload)
+                   if (m.model, m.gpu, m.slo) == (sweep.model, sweep.gpu, sweep.slo_key)]
+        why = missing[0].reason() if missing else "no configuration met the SLO"
+        console.print(f"[yellow]{why}[/]", highlight=False)
     try:
         report = _write_report(store, sweep.id, report_dir)
     except ReportPathError as exc:  # the sweep is stored: the report can be written later
@@ -279,7 +301,7 @@ def run(
             sweep = queue_sweep(store, request, claimed_by=me)
         except REQUEST_ERRORS as exc:
             raise _fail(reason(exc), 2) from None
-        console = Console()
+        console = _console()
         console.print(f"sweep {sweep.id}: space {space}, strategy {strategy}, {trials} "
                       f"trials, database {redact_url(url)}, executor {executor}")
         final = _run(store, url, sweep, runner, console, coordinator_id=me)
@@ -344,7 +366,7 @@ def status(
 ) -> None:
     """Progress of one sweep, or a list of recent sweeps."""
     store, _ = _store(database_url)
-    console = Console()
+    console = _console()
     try:
         sweeps = [store.get_sweep(sweep_id)] if sweep_id is not None else \
             store.list_sweeps(limit=20).data
@@ -393,7 +415,7 @@ def resume(
             sweep = store.requeue_sweep(sweep_id)
     except (NotFound, Conflict) as exc:
         raise _fail(str(exc), exit_code(exc)) from None
-    console = Console()
+    console = _console()
     from tuner.sweeps import resolve_space
 
     runner = _executor(executor, gpus, resolve_space(sweep.space))
@@ -466,17 +488,41 @@ def coordinator_command(
 
 def best_command(
     workload: Annotated[str | None, typer.Option(help="Only this workload.")] = None,
+    output: Annotated[str, typer.Option(
+        help="table (for people), tsv (one line per configuration, a header line first) "
+        "or json (the API's shape), for scripts.")] = "table",
     database_url: DatabaseUrl = None,
 ) -> None:
-    """The best configuration per workload (the best_config_per_workload view)."""
+    """The best configuration per workload that met its SLO (best_config_per_workload),
+    and the measured workloads where none did."""
+    if output not in ("table", "tsv", "json"):
+        raise _fail(f"--output {output!r}: valid: table, tsv, json", 2)
     store, _ = _store(database_url)
     try:
         rows = store.best_for_workload(workload) if workload else \
             store.best_config_per_workload()
+        missing = store.without_passing_config(workload)
     except NotFound as exc:
         raise _fail(str(exc), exit_code(exc)) from None
-    console = Console()
+    commands = [vllm_command(r.model, r.config) for r in rows]
+    if output == "json":
+        print(json.dumps({
+            "data": [{**r.model_dump(mode="json"), "vllm_command": c}
+                     for r, c in zip(rows, commands, strict=True)],
+            "without_passing": [{**m.model_dump(mode="json"), "reason": m.reason()}
+                                for m in missing]}, indent=2))
+        return
+    if output == "tsv":
+        print("\t".join((*_BEST_FIELDS, "vllm_command")))
+        for r, command in zip(rows, commands, strict=True):
+            values = r.model_dump(mode="json")
+            print("\t".join([*("" if values[f] is None else str(values[f])
+                                for f in _BEST_FIELDS), command]))
+        return
+    console = _console()
     console.print(_best_table(rows, "best configuration per workload"))
-    for r in rows:
-        console.print(f"{r.workload}: {vllm_command(r.model, r.config)}", soft_wrap=True,
-                      highlight=False)
+    for r, command in zip(rows, commands, strict=True):
+        console.print(f"{r.workload}: {command}", soft_wrap=True, highlight=False)
+    for m in missing:
+        console.print(f"[yellow]{m.workload} ({m.model} on {m.gpu}, SLO {slo_text(m.slo)}): "
+                      f"{m.reason()}[/]", highlight=False)

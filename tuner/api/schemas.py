@@ -13,7 +13,14 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tuner.db.records import BestConfig, CardRecord, SweepRecord, TrialRecord, WorkloadRecord
+from tuner.db.records import (
+    BestConfig,
+    CardRecord,
+    NoPassingConfig,
+    SweepRecord,
+    TrialRecord,
+    WorkloadRecord,
+)
 from tuner.planner import Basis, CapacityPlan, vllm_command
 
 __all__ = [
@@ -187,11 +194,49 @@ class BestOut(_Out):
     confirmed: bool
     trial_id: int
     measured_at: datetime | None
+    engine: str | None = None
+    """``vllm``, or ``sim`` (the simulated engine)."""
+    engine_version: str | None = None
+    repeats: int = 0
+    """Confirmation re-runs the configuration held up in (0: not confirmed)."""
+    stale: bool = False
+    """The newest measurement of this (workload, model, gpu, slo) ran another engine
+    version: re-measure before relying on this row."""
     vllm_command: str
 
     @classmethod
     def from_record(cls, record: BestConfig) -> BestOut:
         return cls(**record.model_dump(), vllm_command=vllm_command(record.model, record.config))
+
+
+class NoPassingOut(_Out):
+    """A (workload, model, gpu, slo) that was measured and where nothing met the SLO."""
+
+    workload: str
+    model: str
+    gpu: str
+    slo: str
+    request_rate: float | None
+    closest: int
+    """The trial that came closest (smallest worst observed/target ratio)."""
+    closest_config: dict[str, Any]
+    closest_ratio: float | None
+    """Its worst observed/target SLO ratio (1.3: 30 % over target)."""
+    trials: int
+    measured_at: datetime | None
+    reason: str
+    """What to tell a reader instead of a winner."""
+
+    @classmethod
+    def from_record(cls, record: NoPassingConfig) -> NoPassingOut:
+        return cls(**record.model_dump(), reason=record.reason())
+
+
+class BestListOut(ListOut[BestOut]):
+    """The best configurations, and the measured groups that have none."""
+
+    without_passing: list[NoPassingOut] = []
+    """Where no configuration meets the SLO: not a winner, a capacity problem."""
 
 
 class WorkloadOut(_Out):

@@ -36,7 +36,7 @@ async def test_best_prefers_confirmed_then_highest(client: httpx.AsyncClient,
         same = (await client.get("/api/v1/workloads/lab-4rps/best", params={"slo": slo})).json()
         assert [r["trial_id"] for r in same["data"]] == [confirmed], slo
     other = await client.get("/api/v1/workloads/lab-4rps/best", params={"slo": "ttft:100"})
-    assert other.json() == {"data": [], "count": 0}
+    assert other.json() == {"data": [], "count": 0, "without_passing": []}
     assert (await client.get("/api/v1/workloads/lab-4rps/best",
                              params={"gpu": "h100-sxm"})).json()["count"] == 0
     bad = await client.get("/api/v1/workloads/lab-4rps/best", params={"slo": "fast"})
@@ -61,6 +61,23 @@ def _covers(plan: dict[str, float], target: float) -> None:
 
 
 @pytest.mark.parametrize("backend", ["postgres", "sqlite"], indirect=True)
+async def test_a_workload_where_nothing_met_the_slo_has_no_best_but_a_reason(
+        client: httpx.AsyncClient, store: Store) -> None:
+    sweep = await queue(client)
+    missed = [measure(store, sweep["id"], n, {"max_num_seqs": 64 << n}, 0.0, gate=False)
+              for n in range(2)]
+    best = (await client.get("/api/v1/workloads/lab-4rps/best")).json()
+    assert best["data"] == [] and best["count"] == 0
+    [why] = best["without_passing"]
+    assert why["closest"] in missed and why["trials"] == 2 and why["slo"] == SLO_KEY
+    assert why["reason"].startswith("no configuration meets the SLO at 4 req/s (2 measured)")
+    everything = (await client.get("/api/v1/best")).json()
+    assert everything["data"] == [] and everything["without_passing"] == [why]
+    # the dashboard's index reads the workload list: no winner there either
+    listed = (await client.get("/api/v1/workloads")).json()["data"]
+    assert [w["best"] for w in listed if w["name"] == "lab-4rps"] == [[]]
+
+
 async def test_capacity_from_a_capacity_mode_sweep(client: httpx.AsyncClient,
                                                    store: Store) -> None:
     sweep = await queue(client, mode="capacity")

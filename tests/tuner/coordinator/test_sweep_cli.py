@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -150,3 +151,42 @@ def test_a_space_no_node_can_wholly_hold_is_warned_about_or_refused(
     assert bad.returncode == 2 and "SLOTUNE_MAX_NODE_GPUS='lots'" in bad.stderr
     with Store(migrated_url) as store:
         assert store.list_sweeps(status="queued").count == 1
+
+
+def test_best_shows_only_what_met_the_slo_and_prints_one_line_per_configuration(
+        migrated_url: str, tmp_path: Path) -> None:
+    at_20 = tmp_path / "lab-20rps.yaml"  # the seed's own rate: no configuration holds it
+    at_20.write_text(LIGHT_LAB.replace("lab-2rps", "lab-20rps")
+                     .replace("request_rate: 2", "request_rate: 20"))
+    common = ["--executor", "virtual", "--strategy", "random", "--trials", "3",
+              "--confirm-top", "0", "--database-url", migrated_url]
+    missed = slotune("sweep", "run", "--workload", str(at_20), *common)
+    assert missed.returncode == 3, missed.stderr
+    assert "no configuration meets the SLO at 20 req/s (" in missed.stdout
+    light = tmp_path / "light.yaml"
+    light.write_text(LIGHT_LAB)
+    passed = slotune("sweep", "run", "--workload", str(light), *common)
+    assert passed.returncode == 0, passed.stderr
+
+    table = slotune("best", "--database-url", migrated_url)  # stdout is a pipe here
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    [row] = [line for line in lines if "lab-2rps" in line and "Qwen/Qwen2.5-7B-Instruct" in line
+             and "│" in line]
+    assert "sim slotune-sim" in row  # engine and version, in the row, unwrapped
+    assert not [line for line in lines if "lab-20rps" in line and "│" in line]  # no winner
+    assert any(line.startswith("lab-20rps") and "no configuration meets the SLO" in line
+               for line in lines)
+
+    tsv = slotune("best", "--output", "tsv", "--database-url", migrated_url).stdout.splitlines()
+    header = tsv[0].split("\t")
+    assert header[:4] == ["workload", "model", "gpu", "slo"] and header[-1] == "vllm_command"
+    [only] = [dict(zip(header, line.split("\t"), strict=True)) for line in tsv[1:]]
+    assert only["workload"] == "lab-2rps" and only["engine_version"] == "slotune-sim"
+    assert only["measured_at"] and only["vllm_command"].startswith("vllm serve ")
+    data = json.loads(slotune("best", "--output", "json", "--database-url",
+                              migrated_url).stdout)
+    assert [r["workload"] for r in data["data"]] == ["lab-2rps"]
+    assert [m["workload"] for m in data["without_passing"]] == ["lab-20rps"]
+    bad = slotune("best", "--output", "xml", "--database-url", migrated_url)
+    assert bad.returncode == 2 and "valid: table, tsv, json" in bad.stderr

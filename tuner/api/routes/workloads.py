@@ -9,8 +9,8 @@ from fastapi import APIRouter
 from tuner.api.deps import StoreDep
 from tuner.api.errors import ERROR_RESPONSES
 from tuner.api.params import NameFilter, NamePath, SloFilter, canonical_slo
-from tuner.api.schemas import BestOut, ListOut, WorkloadOut
-from tuner.db.records import BestConfig
+from tuner.api.schemas import BestListOut, BestOut, ListOut, NoPassingOut, WorkloadOut
+from tuner.db.records import BestConfig, NoPassingConfig
 
 router = APIRouter(tags=["workloads"], responses=ERROR_RESPONSES)
 
@@ -31,22 +31,32 @@ def get_workload(name: NamePath, store: StoreDep) -> WorkloadOut:
     return WorkloadOut.from_record(store.get_workload(name), store.best_for_workload(name))
 
 
-@router.get("/workloads/{name}/best", response_model=ListOut[BestOut])
+@router.get("/workloads/{name}/best", response_model=BestListOut)
 def best_for_workload(name: NamePath, store: StoreDep, model: NameFilter = None,
-                      gpu: NameFilter = None, slo: SloFilter = None) -> ListOut[BestOut]:
-    """The winner per (model, gpu, slo): confirmed first, then the highest objective.
+                      gpu: NameFilter = None, slo: SloFilter = None) -> BestListOut:
+    """The winner per (model, gpu, slo) among configurations that met the SLO: confirmed
+    first, then the highest objective.
 
-    Empty ``data`` when nothing was measured ok yet; 404 for an unknown workload.
+    Empty ``data`` when none met it yet; ``without_passing`` then says, per measured
+    (model, gpu, slo), that none meets the SLO and which came closest. 404 for an unknown
+    workload.
     """
     key = canonical_slo(slo)
-    rows = [BestOut.from_record(r) for r in store.best_for_workload(name)
-            if (model is None or r.model == model) and (gpu is None or r.gpu == gpu)
-            and (key is None or r.slo == key)]
-    return ListOut(data=rows, count=len(rows))
+
+    def wanted(row: BestConfig | NoPassingConfig) -> bool:
+        return ((model is None or row.model == model) and (gpu is None or row.gpu == gpu)
+                and (key is None or row.slo == key))
+
+    rows = [BestOut.from_record(r) for r in store.best_for_workload(name) if wanted(r)]
+    missing = [NoPassingOut.from_record(r) for r in store.without_passing_config(name)
+               if wanted(r)]
+    return BestListOut(data=rows, count=len(rows), without_passing=missing)
 
 
-@router.get("/best", response_model=ListOut[BestOut])
-def best_all(store: StoreDep) -> ListOut[BestOut]:
-    """Every row of ``best_config_per_workload``, with the ``vllm serve`` command of each."""
+@router.get("/best", response_model=BestListOut)
+def best_all(store: StoreDep) -> BestListOut:
+    """Every row of ``best_config_per_workload``, with the ``vllm serve`` command of each,
+    and every measured group where no configuration meets the SLO."""
     rows = [BestOut.from_record(r) for r in store.best_config_per_workload()]
-    return ListOut(data=rows, count=len(rows))
+    missing = [NoPassingOut.from_record(r) for r in store.without_passing_config()]
+    return BestListOut(data=rows, count=len(rows), without_passing=missing)
