@@ -98,6 +98,10 @@ class CapacityPlan(BaseModel):
     """The chosen trial first, then the other measurements of the same configuration."""
     sweep_id: int
     measured_at: datetime | None
+    engine_version: str | None = None
+    stale: str | None = None
+    """Set when the newest measurement of this (workload, model, gpu, slo) ran another
+    engine version than the plan's trial: re-measure before sizing on it."""
 
 
 def replicas_for(target_rps: float, per_replica_rps: float, headroom: float) -> int:
@@ -175,7 +179,8 @@ def plan_capacity(
     best_per_group: dict[tuple[str, str], _Candidate] = {}
     for c in sorted(pool, key=_view_rank):
         best_per_group.setdefault((c.sweep.model, c.sweep.gpu), c)
-    plans = [_plan(c, pool, target_rps, headroom) for c in best_per_group.values()]
+    plans = [_plan(c, pool, target_rps, headroom, _newest(measured, c))
+             for c in best_per_group.values()]
     return min(plans, key=lambda p: (p.gpus, not p.confirmed, -p.per_replica_rps,
                                      p.trial_ids[0]))
 
@@ -195,8 +200,16 @@ def _view_rank(c: _Candidate) -> tuple[bool, float, int]:
     return (not c.trial.confirmed, -c.per_replica, c.trial.id)
 
 
+def _newest(measured: Sequence[_Candidate], chosen: _Candidate) -> _Candidate:
+    """The newest measurement of the chosen one's (model, gpu)."""
+    group = [c for c in measured
+             if (c.sweep.model, c.sweep.gpu) == (chosen.sweep.model, chosen.sweep.gpu)]
+    return max(group, key=lambda c: (c.trial.finished_at is not None, c.trial.finished_at
+                                     or datetime.min, c.trial.id))
+
+
 def _plan(chosen: _Candidate, pool: Sequence[_Candidate], target_rps: float,
-          headroom: float) -> CapacityPlan:
+          headroom: float, newest: _Candidate) -> CapacityPlan:
     config = dict(chosen.trial.config)
     replicas = replicas_for(target_rps, chosen.per_replica, headroom)
     per_gpu = gpus_per_replica(config)
@@ -213,6 +226,12 @@ def _plan(chosen: _Candidate, pool: Sequence[_Candidate], target_rps: float,
         basis=chosen.basis, basis_note=_BASIS_NOTES[chosen.basis],
         confirmed=chosen.trial.confirmed, trial_ids=[chosen.trial.id, *repeats],
         sweep_id=chosen.sweep.id, measured_at=chosen.trial.finished_at,
+        engine_version=chosen.trial.engine_version,
+        stale=None if newest.trial.engine_version == chosen.trial.engine_version else (
+            f"measured on {chosen.trial.engine_version or 'an unknown engine version'}; the "
+            f"newest measurement (trial {newest.trial.id}) ran "
+            f"{newest.trial.engine_version or 'an unknown version'}: re-measure before "
+            "sizing on it"),
     )
 
 

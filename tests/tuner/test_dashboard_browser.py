@@ -38,6 +38,7 @@ from tests.tuner.sweep_data import WORKLOAD, SweepData, populate_finished_sweep
 from tuner.db import migrate
 from tuner.store import Store
 from tuner.sweeps import SweepBudget, SweepRequest, queue_sweep
+from workers.contracts import EngineFacts, TrialResult
 
 pytestmark = pytest.mark.slow
 
@@ -66,6 +67,8 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, SweepDa
         # and one that waits for GPUs other sweeps of its coordinator hold
         waiting = queue_sweep(store, SweepRequest(space="lab", budget=SweepBudget(max_trials=2)),
                               claimed_by="coordinator-w")
+        _measure(store, "lab-20rps", [(0.0, 1.4, "slotune-sim"), (0.0, 1.2, "slotune-sim")])
+        _measure(store, "chat-upgraded", [(5.0, 0.6, "0.30.0"), (3.0, 0.9, "0.33.0")])
         store.update_sweep(waiting.id, lease=waiting.lease, progress={
             "phase": "search", "trials": 0, "done": 0, "running": 0, "failed": 0,
             "infeasible": 0, "waiting": {"for": "2 GPU(s), held by other sweeps of "
@@ -100,6 +103,23 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, SweepDa
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def _measure(store: Store, workload: str, runs: list[tuple[float, float, str]]) -> None:
+    """A sweep of ``workload`` (at 20 req/s) whose trials score (objective, headroom, engine
+    version) in order."""
+    spec = {"name": workload, "dataset": {"kind": "random", "input_len": 512,
+                                          "output_len": 128},
+            "arrivals": {"request_rate": 20}, "num_prompts": 100}
+    sweep = queue_sweep(store, SweepRequest(space="lab", workload=spec, budget=SweepBudget(
+        max_trials=len(runs))), claimed_by="coordinator-m")
+    for number, (objective, headroom, version) in enumerate(runs):
+        trial = store.start_trial(sweep.id, number=number, params={"max_num_seqs": 64 << number},
+                                  lease=sweep.lease)
+        store.finish_trial(trial.id, TrialResult(
+            trial_id=f"t{number}", status="ok", objective=objective, headroom=headroom,
+            gate_passed=objective > 0, engine=EngineFacts(engine_version=version)),
+            lease=sweep.lease)
 
 
 @pytest.fixture(scope="module")
@@ -234,9 +254,30 @@ def test_sweep_page_shows_progress_charts_trials_and_cards(api: tuple[str, Sweep
 def test_a_waiting_sweep_says_what_it_waits_for_and_since_when(api: tuple[str, SweepData],
                                                                 browser: WebDriver) -> None:
     base, _ = api
-    running = _get(base, "/api/v1/sweeps?status=running")["data"]
+    running = [s for s in _get(base, "/api/v1/sweeps?status=running")["data"]
+               if s["claimed_by"] == "coordinator-w"]
     assert len(running) == 1
     _load(browser, f"{base}/sweeps/{running[0]['id']}")
     line = browser.find_element(By.CSS_SELECTOR, '[data-field="waiting"]').text
     assert line == ("Waiting for 2 GPU(s), held by other sweeps of coordinator coordinator-w "
                     "since 2026-12-01T10:00:00+00:00")
+
+
+def test_index_says_where_nothing_meets_the_slo_and_marks_a_stale_best(
+        api: tuple[str, SweepData], browser: WebDriver) -> None:
+    base, _ = api
+    why = _get(base, "/api/v1/workloads/lab-20rps/best")
+    assert why["data"] == [] and len(why["without_passing"]) == 1
+    _load(browser, base + "/")
+    [row] = browser.find_elements(By.CSS_SELECTOR, '#workloads tr[data-workload="lab-20rps"]')
+    assert row.get_attribute("data-no-passing") == "true"
+    assert not row.get_attribute("data-trial-id")  # not shown as a winner
+    text = _cell(row, "no_passing").text
+    assert text == why["without_passing"][0]["reason"]
+    assert text.startswith("no configuration meets the SLO at 20 req/s (2 measured)")
+    assert "missed its worst SLO target by 20%" in text  # the closest: 1.2x its target
+    assert _cell(row, "closest_command").text.startswith("vllm serve ")
+    [stale] = browser.find_elements(By.CSS_SELECTOR,
+                                    '#workloads tr[data-workload="chat-upgraded"]')
+    assert _cell(stale, "stale").text.strip() == "stale"
+    assert "0.30.0" in (_cell(stale, "stale").get_attribute("title") or "")

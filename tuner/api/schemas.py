@@ -224,12 +224,15 @@ class NoPassingOut(_Out):
     """Its worst observed/target SLO ratio (1.3: 30 % over target)."""
     trials: int
     measured_at: datetime | None
+    closest_command: str
+    """The ``vllm serve`` command of the closest configuration."""
     reason: str
     """What to tell a reader instead of a winner."""
 
     @classmethod
     def from_record(cls, record: NoPassingConfig) -> NoPassingOut:
-        return cls(**record.model_dump(), reason=record.reason())
+        return cls(**record.model_dump(), reason=record.reason(),
+                   closest_command=vllm_command(record.model, record.closest_config))
 
 
 class BestListOut(ListOut[BestOut]):
@@ -289,6 +292,9 @@ class CapacityOut(_Out):
     trial_ids: list[int]
     sweep_id: int
     measured_at: datetime | None
+    engine_version: str | None = None
+    stale: str | None = None
+    """Set when a newer measurement ran another engine version: what to re-measure."""
 
     @classmethod
     def from_plan(cls, plan: CapacityPlan) -> CapacityOut:

@@ -7,10 +7,10 @@ import random
 import httpx
 import pytest
 
-from tests.tuner.api.data import measure, queue
+from tests.tuner.api.data import measure, queue, result
 from tuner.planner import replicas_for
 from tuner.store import Store
-from workers.contracts import Workload
+from workers.contracts import EngineFacts, Workload
 
 SLO_KEY = '{"percentile":99.0,"tpot":50.0,"ttft":300.0}'
 TP2 = {"max_num_seqs": 128, "max_num_batched_tokens": 4096, "tensor_parallel_size": 2}
@@ -103,6 +103,31 @@ async def test_capacity_from_a_capacity_mode_sweep(client: httpx.AsyncClient,
             "workload": "lab-4rps", "target_rps": target, "headroom": headroom})).json()
         assert plan["headroom"] == headroom
         _covers(plan, target)
+
+
+async def test_a_plan_on_a_measurement_older_than_the_engine_says_so(
+        client: httpx.AsyncClient, store: Store) -> None:
+    sweep = await queue(client, mode="capacity")
+
+    def measured(number: int, capacity: float, version: str) -> int:
+        trial = store.start_trial(sweep["id"], number=number, params=TP2)
+        stored = result(capacity, capacity=capacity).model_copy(
+            update={"engine": EngineFacts(engine_version=version)})
+        store.finish_trial(trial.id, stored)
+        return trial.id
+
+    before = measured(0, 37.5, "0.30.0")
+    ask = {"workload": "lab-4rps", "target_rps": 100}
+    plan = (await client.post("/api/v1/capacity", json=ask)).json()
+    assert (plan["trial_ids"][0], plan["engine_version"], plan["stale"]) == (
+        before, "0.30.0", None)
+    after = measured(1, 30.0, "0.33.0")  # the engine was upgraded; the old best still wins
+    plan = (await client.post("/api/v1/capacity", json=ask)).json()
+    assert plan["trial_ids"][0] == before and plan["engine_version"] == "0.30.0"
+    assert plan["stale"] == (f"measured on 0.30.0; the newest measurement (trial {after}) ran "
+                             "0.33.0: re-measure before sizing on it")
+    [row] = (await client.get("/api/v1/workloads/lab-4rps/best")).json()["data"]
+    assert (row["trial_id"], row["stale"]) == (before, True)
 
 
 async def test_capacity_from_goodput_only_is_a_lower_bound(client: httpx.AsyncClient,

@@ -77,20 +77,37 @@
 
   // --- index: workloads and their best configs, recent sweeps ----------------------------
 
-  function renderWorkloads(body) {
+  function renderWorkloads(body, best) {
     var rows = [];
+    var missing = {};
+    (best.without_passing || []).forEach(function (m) {
+      (missing[m.workload] = missing[m.workload] || []).push(m);
+    });
     body.data.forEach(function (w) {
-      if (!w.best.length) {
+      var none = missing[w.name] || [];
+      if (!w.best.length && !none.length) {
         rows.push(el("tr", { "data-workload": w.name }, textCell(w.name, "workload"),
-          el("td", { colspan: 8, "class": "muted" }, "no configuration measured yet")));
+          el("td", { colspan: 7, "class": "muted" }, "no configuration measured yet")));
       }
       w.best.forEach(function (b) {
         rows.push(el("tr", { "data-workload": w.name, "data-trial-id": b.trial_id },
           textCell(w.name, "workload"), textCell(b.model, "model"), textCell(b.gpu, "gpu"),
           textCell(sloText(b.slo), "slo"), numCell(b.objective, 3, "objective"),
           numCell(b.capacity, 3, "capacity"),
-          el("td", { "data-field": "confirmed" }, badge(b.confirmed ? "yes" : "no")),
+          el("td", { "data-field": "confirmed" }, badge(b.confirmed ? "yes" : "no"),
+            b.stale ? el("span", { "data-field": "stale", title: "the newest measurement ran "
+              + "another engine version than " + (b.engine_version || "this one") }, " ", badge("stale"))
+              : null),
           el("td", { "data-field": "vllm_command" }, el("pre", { "class": "command" }, b.vllm_command))));
+      });
+      // Measured, and nothing met the SLO: no winner, a capacity problem (and the closest).
+      none.forEach(function (m) {
+        rows.push(el("tr", { "data-workload": w.name, "data-no-passing": "true" },
+          textCell(w.name, "workload"), textCell(m.model, "model"), textCell(m.gpu, "gpu"),
+          textCell(sloText(m.slo), "slo"),
+          el("td", { colspan: 3, "data-field": "no_passing" }, m.reason),
+          el("td", { "data-field": "closest_command" },
+            el("pre", { "class": "command" }, m.closest_command))));
       });
     });
     if (!rows.length) rows.push(el("tr", {}, el("td", { colspan: 9, "class": "muted" }, "no workloads yet")));
@@ -122,8 +139,8 @@
 
   function index() {
     function load() {
-      Promise.all([getJSON("/workloads"), getJSON("/sweeps?limit=20")]).then(function (r) {
-        renderWorkloads(r[0]); renderSweeps(r[1]); showError(null);
+      Promise.all([getJSON("/workloads"), getJSON("/sweeps?limit=20"), getJSON("/best")]).then(function (r) {
+        renderWorkloads(r[0], r[2]); renderSweeps(r[1]); showError(null);
         document.body.setAttribute("data-loaded", "true");
       }).catch(showError);
     }
