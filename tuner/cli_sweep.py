@@ -15,7 +15,6 @@ meets the SLO.
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import sys
 from datetime import datetime
@@ -29,6 +28,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from tuner.cli_output import make_console
 from tuner.db.errors import Conflict, NotFound, StorageError, exit_code
 from tuner.db.records import BestConfig, SweepRecord
 from tuner.settings import default_data_dir, get_settings, redact_url
@@ -129,16 +129,6 @@ def slo_text(stored: str) -> str:
         return str(SLO.model_validate_json(stored))
     except ValueError:
         return stored
-
-
-def _console() -> Console:
-    """A console as wide as the terminal, or — writing to a file, a pipe, CI — as wide as
-    the content (``COLUMNS`` when set): a table row stays one line, never wrapped into
-    unreadable cells."""
-    if sys.stdout.isatty():
-        return Console()
-    columns = os.environ.get("COLUMNS", "")
-    return Console(width=int(columns) if columns.isdigit() else 10_000, soft_wrap=True)
 
 
 _BEST_FIELDS = ("workload", "model", "gpu", "slo", "objective", "capacity", "confirmed",
@@ -301,7 +291,7 @@ def run(
             sweep = queue_sweep(store, request, claimed_by=me)
         except REQUEST_ERRORS as exc:
             raise _fail(reason(exc), 2) from None
-        console = _console()
+        console = make_console()
         console.print(f"sweep {sweep.id}: space {space}, strategy {strategy}, {trials} "
                       f"trials, database {redact_url(url)}, executor {executor}")
         final = _run(store, url, sweep, runner, console, coordinator_id=me)
@@ -366,7 +356,7 @@ def status(
 ) -> None:
     """Progress of one sweep, or a list of recent sweeps."""
     store, _ = _store(database_url)
-    console = _console()
+    console = make_console()
     try:
         sweeps = [store.get_sweep(sweep_id)] if sweep_id is not None else \
             store.list_sweeps(limit=20).data
@@ -415,7 +405,7 @@ def resume(
             sweep = store.requeue_sweep(sweep_id)
     except (NotFound, Conflict) as exc:
         raise _fail(str(exc), exit_code(exc)) from None
-    console = _console()
+    console = make_console()
     from tuner.sweeps import resolve_space
 
     runner = _executor(executor, gpus, resolve_space(sweep.space))
@@ -519,7 +509,7 @@ def best_command(
             print("\t".join([*("" if values[f] is None else str(values[f])
                                 for f in _BEST_FIELDS), command]))
         return
-    console = _console()
+    console = make_console()
     console.print(_best_table(rows, "best configuration per workload"))
     for r, command in zip(rows, commands, strict=True):
         console.print(f"{r.workload}: {command}", soft_wrap=True, highlight=False)

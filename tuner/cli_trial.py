@@ -19,9 +19,9 @@ from typing import Annotated, Any
 import typer
 import yaml
 from pydantic import ValidationError
-from rich.console import Console
 from rich.table import Table
 
+from tuner.cli_output import make_console
 from tuner.spaces import SearchSpace, SpaceError, load_space
 from workers.contracts import SLO, KnobValue, ObjectiveMode, SimOptions, TrialResult, TrialSpec
 from workers.engines import flag_args
@@ -135,7 +135,7 @@ def run(
     except (SpaceError, UsageError) as exc:
         print(f"slotune trial run: error: {exc}", file=sys.stderr)
         raise typer.Exit(2) from None
-    err = Console(stderr=True)
+    err = make_console(stderr=True)
     if broken:
         err.print(f"[yellow]note:[/] this configuration breaks the space's rule "
                   f"[bold]{broken}[/]; booting it anyway so the engine can say why")
@@ -151,7 +151,7 @@ def run(
 
 
 def _print(result: TrialResult, spec: TrialSpec) -> None:
-    console = Console()
+    console = make_console()
     table = Table(title=f"trial {result.trial_id}", show_header=False)
     rows: list[tuple[str, Any]] = [("status", result.status)]
     if result.failure:

@@ -171,9 +171,10 @@ def test_best_shows_only_what_met_the_slo_and_prints_one_line_per_configuration(
     table = slotune("best", "--database-url", migrated_url)  # stdout is a pipe here
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
-    [row] = [line for line in lines if "lab-2rps" in line and "Qwen/Qwen2.5-7B-Instruct" in line
-             and "│" in line]
-    assert "sim slotune-sim" in row  # engine and version, in the row, unwrapped
+    rows = [line for line in lines if "lab-2rps" in line and "Qwen/Qwen2.5-7B-Instruct" in line
+            and "│" in line]
+    assert len(rows) == 1, table.stdout
+    assert "sim slotune-sim" in rows[0]  # engine and version, in the row, unwrapped
     assert not [line for line in lines if "lab-20rps" in line and "│" in line]  # no winner
     assert any(line.startswith("lab-20rps") and "no configuration meets the SLO" in line
                for line in lines)
@@ -181,7 +182,8 @@ def test_best_shows_only_what_met_the_slo_and_prints_one_line_per_configuration(
     tsv = slotune("best", "--output", "tsv", "--database-url", migrated_url).stdout.splitlines()
     header = tsv[0].split("\t")
     assert header[:4] == ["workload", "model", "gpu", "slo"] and header[-1] == "vllm_command"
-    [only] = [dict(zip(header, line.split("\t"), strict=True)) for line in tsv[1:]]
+    assert len(tsv) == 2, tsv
+    only = dict(zip(header, tsv[1].split("\t"), strict=True))
     assert only["workload"] == "lab-2rps" and only["engine_version"] == "slotune-sim"
     assert only["measured_at"] and only["vllm_command"].startswith("vllm serve ")
     data = json.loads(slotune("best", "--output", "json", "--database-url",
