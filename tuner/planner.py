@@ -101,7 +101,7 @@ class CapacityPlan(BaseModel):
     engine_version: str | None = None
     stale: str | None = None
     """Set when the newest measurement of this (workload, model, gpu, slo) ran another
-    engine version than the plan's trial: re-measure before sizing on it."""
+    engine version, GPU driver or model revision than the plan's trial: what changed."""
 
 
 def replicas_for(target_rps: float, per_replica_rps: float, headroom: float) -> int:
@@ -227,12 +227,22 @@ def _plan(chosen: _Candidate, pool: Sequence[_Candidate], target_rps: float,
         confirmed=chosen.trial.confirmed, trial_ids=[chosen.trial.id, *repeats],
         sweep_id=chosen.sweep.id, measured_at=chosen.trial.finished_at,
         engine_version=chosen.trial.engine_version,
-        stale=None if newest.trial.engine_version == chosen.trial.engine_version else (
-            f"measured on {chosen.trial.engine_version or 'an unknown engine version'}; the "
-            f"newest measurement (trial {newest.trial.id}) ran "
-            f"{newest.trial.engine_version or 'an unknown version'}: re-measure before "
-            "sizing on it"),
+        stale=_staleness(chosen.trial, newest.trial),
     )
+
+
+def _staleness(trial: TrialRecord, newest: TrialRecord) -> str | None:
+    """What changed between ``trial`` and the newest measurement of its group, if anything."""
+    changed = []
+    for what, field in (("engine", "engine_version"), ("GPU driver", "gpu_driver"),
+                        ("model revision", "model_revision")):
+        before, after = getattr(trial, field), getattr(newest, field)
+        if before != after:
+            changed.append(f"{what} {before or 'unknown'} → {after or 'unknown'}")
+    if not changed:
+        return None
+    return (f"measured before the newest measurement (trial {newest.id}) changed "
+            f"{', '.join(changed)}: re-measure before sizing on it")
 
 
 def _positive_int(value: Any) -> int:

@@ -445,6 +445,8 @@ class Store:
             "diagnosis": result.diagnosis,
             "timings": result.timings.model_dump(mode="json"),
             "engine_version": result.engine.engine_version,
+            "gpu_driver": result.engine.gpu_driver,
+            "model_revision": result.engine.model_revision,
             "headroom": result.headroom,
             "finished_at": now,
             "heartbeat_at": now,

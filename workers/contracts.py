@@ -325,6 +325,18 @@ class TrialSpec(_Strict):
         return name if isinstance(name, str) and name else self.model
 
     @property
+    def model_revision(self) -> str | None:
+        """Which weights: the ``revision`` flag, else the snapshot a local Hugging Face
+        cache path points at (``…/snapshots/<commit>``), else None (not known here)."""
+        flag = self.engine_flags.get("revision")
+        if isinstance(flag, str) and flag:
+            return flag
+        parts = self.model.replace("\\", "/").split("/")
+        if "snapshots" in parts[:-1]:
+            return parts[parts.index("snapshots") + 1] or None
+        return None
+
+    @property
     def tensor_parallel_size(self) -> int:
         return _parallel_size(self.engine_flags.get("tensor_parallel_size", 1))
 
@@ -359,6 +371,10 @@ class EngineFacts(_Strict):
     """The command line as run, secrets redacted."""
     engine_version: str | None = None
     gpu_name: str | None = None
+    gpu_driver: str | None = None
+    """The GPU driver's version (NVML), where there is one."""
+    model_revision: str | None = None
+    """Which weights: ``--revision``, or the Hugging Face snapshot a local path points at."""
     gpu_memory_bytes: int | None = None
     gpu_ids: tuple[str, ...] = ()
     kv_cache_tokens: int | None = None

@@ -70,6 +70,16 @@ class GPUProbe:
                                tuple(int(p.pid) for p in procs)))
         return out
 
+    def driver_version(self) -> str | None:
+        """The driver's version string; None without NVML."""
+        if not self.available:
+            return None
+        try:
+            version = self._nvml.nvmlSystemGetDriverVersion()
+        except self._nvml.NVMLError:
+            return None
+        return version.decode() if isinstance(version, bytes) else str(version)
+
     def busy(self, indices: Sequence[str] = ()) -> list[str]:
         """Why each of these GPUs is not free (empty: all free, or no NVML to tell)."""
         problems = []

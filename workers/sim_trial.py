@@ -344,7 +344,8 @@ def run_virtual_trial(spec: TrialSpec, *, per_request: bool = True) -> TrialResu
             timings=PhaseTimings(boot_s=refused.boot_s, total_s=refused.boot_s),
         )
     facts = EngineFacts(
-        engine_version="slotune-sim", gpu_name=config.gpu.device_name,
+        engine_version="slotune-sim", model_revision=spec.model_revision,
+        gpu_name=config.gpu.device_name,
         gpu_memory_bytes=config.gpu.memory_bytes, kv_cache_tokens=plan.kv_tokens,
         max_concurrency=plan.kv_tokens / config.max_model_len,
         startup_phases_s={"weights_loading": load_seconds(config, plan),

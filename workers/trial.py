@@ -342,8 +342,9 @@ def _facts(spec: TrialSpec, engine: EngineAdapter, probe: GPUProbe) -> EngineFac
     else:
         gpus = probe.gpus(engine.gpu_ids)
         if gpus:
-            update = {"gpu_name": gpus[0].name, "gpu_memory_bytes": gpus[0].memory_total}
-    return facts.model_copy(update=update)
+            update = {"gpu_name": gpus[0].name, "gpu_memory_bytes": gpus[0].memory_total,
+                      "gpu_driver": probe.driver_version()}
+    return facts.model_copy(update={**update, "model_revision": spec.model_revision})
 
 
 def _cpu_model() -> str:

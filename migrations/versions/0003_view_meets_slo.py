@@ -15,9 +15,12 @@ capacity planner. From this revision (the README's "The best-config view" says t
   ==============  =======  =========================================================
   engine          text     ``vllm`` or ``sim`` (the simulated engine)
   engine_version  text     what the engine said it was (``GET /version``), else NULL
+  gpu_driver      text     the GPU driver's version (NVML), else NULL
+  model_revision  text     the weights' revision (``--revision`` or the HF snapshot),
+                           else NULL
   repeats         integer  confirmation re-runs the winner held up in (0: none)
-  stale           boolean  the group's newest measurement ran another engine version:
-                           re-measure before trusting this row
+  stale           boolean  the group's newest measurement ran another engine version,
+                           GPU driver or model revision: re-measure before trusting it
   ==============  =======  =========================================================
 
 ``workloads_without_passing_config`` has one row per (workload, model, gpu, slo) that was
@@ -50,18 +53,21 @@ _GROUP = "w.name, s.model, s.gpu, s.slo_key"
 BEST_VIEW_SQL = f"""
 CREATE VIEW best_config_per_workload AS
 SELECT workload, model, gpu, slo, config, objective, capacity, confirmed, trial_id,
-       measured_at, engine, engine_version, repeats,
+       measured_at, engine, engine_version, gpu_driver, model_revision, repeats,
        CASE WHEN COALESCE(engine_version, '') <> COALESCE(newest_version, '')
+              OR COALESCE(gpu_driver, '') <> COALESCE(newest_driver, '')
+              OR COALESCE(model_revision, '') <> COALESCE(newest_revision, '')
             THEN TRUE ELSE FALSE END AS stale
 FROM (
     SELECT w.name AS workload, s.model AS model, s.gpu AS gpu, s.slo_key AS slo,
            t.config AS config, t.objective AS objective, t.capacity AS capacity,
            t.confirmed AS confirmed, t.id AS trial_id, t.finished_at AS measured_at,
-           t.engine AS engine, t.engine_version AS engine_version, t.repeats AS repeats,
-           t.status AS status,
-           FIRST_VALUE(t.engine_version) OVER (
-               PARTITION BY {_GROUP} ORDER BY t.finished_at DESC, t.id DESC
-           ) AS newest_version,
+           t.engine AS engine, t.engine_version AS engine_version,
+           t.gpu_driver AS gpu_driver, t.model_revision AS model_revision,
+           t.repeats AS repeats, t.status AS status,
+           FIRST_VALUE(t.engine_version) OVER newest AS newest_version,
+           FIRST_VALUE(t.gpu_driver) OVER newest AS newest_driver,
+           FIRST_VALUE(t.model_revision) OVER newest AS newest_revision,
            ROW_NUMBER() OVER (
                PARTITION BY {_GROUP}, CASE WHEN t.objective > 0 THEN 0 ELSE 1 END
                ORDER BY CASE WHEN t.confirmed THEN 0 ELSE 1 END, t.objective DESC, t.id
@@ -70,6 +76,7 @@ FROM (
     JOIN sweeps s ON s.id = t.sweep_id
     JOIN workloads w ON w.id = s.workload_id
     WHERE t.status = 'ok' AND t.objective IS NOT NULL
+    WINDOW newest AS (PARTITION BY {_GROUP} ORDER BY t.finished_at DESC, t.id DESC)
 ) ranked
 WHERE rank_in_group = 1 AND objective > 0
 """
@@ -141,6 +148,8 @@ def upgrade() -> None:
     op.execute("DROP VIEW IF EXISTS best_config_per_workload")
     op.add_column("sweep_trials", sa.Column("engine", sa.String(16), nullable=True))
     op.add_column("sweep_trials", sa.Column("engine_version", sa.String(64), nullable=True))
+    op.add_column("sweep_trials", sa.Column("gpu_driver", sa.String(64), nullable=True))
+    op.add_column("sweep_trials", sa.Column("model_revision", sa.String(128), nullable=True))
     op.add_column("sweep_trials", sa.Column("headroom", sa.Float(), nullable=True))
     op.add_column("sweep_trials", sa.Column("repeats", sa.Integer(), nullable=False,
                                             server_default="0"))
@@ -152,7 +161,8 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.execute("DROP VIEW IF EXISTS workloads_without_passing_config")
     op.execute("DROP VIEW IF EXISTS best_config_per_workload")
-    for column in ("repeats", "headroom", "engine_version", "engine"):
+    for column in ("repeats", "headroom", "model_revision", "gpu_driver", "engine_version",
+                   "engine"):
         op.drop_column("sweep_trials", column)
     op.execute(_OLD_BEST_VIEW_SQL)
 
@@ -163,7 +173,8 @@ def _backfill() -> None:
     bind = op.get_bind()
     trials = sa.table("sweep_trials", sa.column("id", sa.Integer), sa.column("spec"),
                       sa.column("result"), sa.column("engine", sa.String),
-                      sa.column("engine_version", sa.String), sa.column("headroom", sa.Float))
+                      sa.column("engine_version", sa.String), sa.column("gpu_driver", sa.String),
+                      sa.column("model_revision", sa.String), sa.column("headroom", sa.Float))
     rows = bind.execute(sa.text("SELECT id, spec, result FROM sweep_trials")).all()
     for trial_id, spec, result in rows:
         spec, result = _json(spec), _json(result)
@@ -173,7 +184,9 @@ def _backfill() -> None:
         if engine is None and not facts and headroom is None:
             continue
         bind.execute(sa.update(trials).where(trials.c.id == trial_id).values(
-            engine=engine, engine_version=facts.get("engine_version"), headroom=headroom))
+            engine=engine, engine_version=facts.get("engine_version"),
+            gpu_driver=facts.get("gpu_driver"), model_revision=facts.get("model_revision"),
+            headroom=headroom))
 
 
 def _json(value: Any) -> dict[str, Any] | None:

@@ -7,7 +7,7 @@ import math
 import pytest
 from pydantic import ValidationError
 
-from workers.contracts import SLO, Arrivals, RandomDataset, TraceDataset, Workload
+from workers.contracts import SLO, Arrivals, RandomDataset, TraceDataset, TrialSpec, Workload
 
 
 def test_slo_parse_forms() -> None:
@@ -57,3 +57,17 @@ def test_errors_name_the_field() -> None:
         Workload.model_validate({"arrivals": {"request_rat": 3}})
     with pytest.raises(ValidationError, match="burstiness"):
         Arrivals(burstiness=0)
+
+
+def test_the_model_revision_comes_from_the_flag_or_the_snapshot_path() -> None:
+    def spec(model: str, **knobs: object) -> TrialSpec:
+        return TrialSpec(trial_id="t", model=model, knobs=knobs, workload=Workload(name="w"),
+                         slo=SLO(ttft=300))
+
+    snapshot = "/hf/hub/models--Qwen--Qwen2.5-7B-Instruct/snapshots/a09a3545/"
+    assert spec(snapshot).model_revision == "a09a3545"
+    assert spec(snapshot + "sub").model_revision == "a09a3545"
+    assert spec("Qwen/Qwen2.5-7B-Instruct", revision="v1.1").model_revision == "v1.1"
+    assert spec(snapshot, revision="main").model_revision == "main"  # the flag is what ran
+    assert spec("Qwen/Qwen2.5-7B-Instruct").model_revision is None
+    assert spec("/models/snapshots").model_revision is None

@@ -16,6 +16,8 @@ def test_nvml_reports_real_gpus() -> None:
     assert gpus and all(g.memory_total > g.memory_free >= 0 for g in gpus)
     assert all(g.name for g in gpus)
     assert isinstance(PROBE.busy([str(gpus[0].index)]), list)
+    driver = PROBE.driver_version()
+    assert driver and driver[0].isdigit()  # e.g. "550.54.15"
 
 
 def test_without_nvml_the_probe_says_so_and_checks_nothing(
@@ -30,3 +32,4 @@ def test_without_nvml_the_probe_says_so_and_checks_nothing(
     assert not probe.available
     assert probe.reason.startswith("NVML unavailable")
     assert probe.gpus(["0"]) == [] and probe.busy(["0"]) == []
+    assert probe.driver_version() is None

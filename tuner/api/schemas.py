@@ -197,11 +197,13 @@ class BestOut(_Out):
     engine: str | None = None
     """``vllm``, or ``sim`` (the simulated engine)."""
     engine_version: str | None = None
+    gpu_driver: str | None = None
+    model_revision: str | None = None
     repeats: int = 0
     """Confirmation re-runs the configuration held up in (0: not confirmed)."""
     stale: bool = False
     """The newest measurement of this (workload, model, gpu, slo) ran another engine
-    version: re-measure before relying on this row."""
+    version, GPU driver or model revision: re-measure before relying on this row."""
     vllm_command: str
 
     @classmethod

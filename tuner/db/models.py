@@ -200,6 +200,8 @@ class SweepTrial(Base):
     """``vllm`` or ``sim``, from the trial's spec."""
     engine_version: Mapped[str | None] = mapped_column(String(64))
     """What the engine reported (``GET /version``) when the trial ran."""
+    gpu_driver: Mapped[str | None] = mapped_column(String(64))
+    model_revision: Mapped[str | None] = mapped_column(String(128))
     headroom: Mapped[float | None] = mapped_column(Float)
     """The worst observed/target SLO ratio of the trial (< 1: it met the SLO)."""
     worker: Mapped[str | None] = mapped_column(String(200))
@@ -259,6 +261,8 @@ best_config_view = Table(
     Column("measured_at", UTCDateTime),
     Column("engine", String),
     Column("engine_version", String),
+    Column("gpu_driver", String),
+    Column("model_revision", String),
     Column("repeats", Integer),
     Column("stale", Boolean),
 )

@@ -115,6 +115,8 @@ class TrialRecord(_Record):
     repeats: int = 0
     engine: str | None = None
     engine_version: str | None = None
+    gpu_driver: str | None = None
+    model_revision: str | None = None
     headroom: float | None = None
     worker: str | None
     node: str | None
@@ -165,9 +167,12 @@ class BestConfig(_Record):
     measured_at: datetime | None
     engine: str | None = None
     engine_version: str | None = None
+    gpu_driver: str | None = None
+    model_revision: str | None = None
     repeats: int = 0
     stale: bool = False
-    """The group's newest measurement ran another engine version."""
+    """The group's newest measurement ran another engine version, GPU driver or model
+    revision."""
 
 
 class NoPassingConfig(_Record):

@@ -124,8 +124,8 @@ async def test_a_plan_on_a_measurement_older_than_the_engine_says_so(
     after = measured(1, 30.0, "0.33.0")  # the engine was upgraded; the old best still wins
     plan = (await client.post("/api/v1/capacity", json=ask)).json()
     assert plan["trial_ids"][0] == before and plan["engine_version"] == "0.30.0"
-    assert plan["stale"] == (f"measured on 0.30.0; the newest measurement (trial {after}) ran "
-                             "0.33.0: re-measure before sizing on it")
+    assert plan["stale"] == (f"measured before the newest measurement (trial {after}) changed "
+                             "engine 0.30.0 → 0.33.0: re-measure before sizing on it")
     [row] = (await client.get("/api/v1/workloads/lab-4rps/best")).json()["data"]
     assert (row["trial_id"], row["stale"]) == (before, True)
 

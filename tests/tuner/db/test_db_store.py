@@ -346,6 +346,17 @@ def test_view_rule_a_best_row_measured_on_an_older_engine_is_stale(store: Store)
                       params={"max_num_seqs": 512})
     [row] = store.best_for_workload("chat")
     assert (row.trial_id, row.stale) == (remeasured, False)
+    # A new GPU driver or other weights make it stale just the same.
+    for i, change in enumerate(({"gpu_driver": "560.35"}, {"model_revision": "b7c1"})):
+        trial = store.start_trial(new.id, number=10 + i, params={"n": str(change)})
+        store.finish_trial(trial.id, TrialResult(
+            trial_id="t", status="ok", objective=1.0, headroom=0.9,
+            engine=EngineFacts(engine_version="0.33.0", **change)))
+        [row] = store.best_for_workload("chat")
+        assert (row.trial_id, row.stale) == (remeasured, True), change
+        store.finish_trial(store.start_trial(new.id, number=20 + i, params={
+            "m": str(change)}).id, TrialResult(trial_id="t", status="ok", objective=1.0,
+                                               engine=EngineFacts(engine_version="0.33.0")))
 
 
 # --- experiment cards --------------------------------------------------------------------
