@@ -680,12 +680,14 @@ class SweepRunner:
                     self.sweep.id, step=card.step, symptom=card.symptom,
                     evidence=card.evidence, hypothesis=card.hypothesis,
                     variable=card.variable, values=list(card.values),
-                    expected_direction=card.expected, lease=self.lease)
+                    expected_direction=card.expected, controls=card.controls,
+                    stop_condition=card.stop_condition, lease=self.lease)
             if card.verdict is not None and existing.verdict is None:
                 self.store.resolve_card(existing.id, result={
                     "summary": card.result, "results": data["results"],
                     "baseline_value": card.baseline_value}, verdict=card.verdict,
-                    rollback=card.rollback or None, lease=self.lease)
+                    rollback=card.rollback or None, values=list(card.values),
+                    lease=self.lease)
 
     def progress(self, *, phase: str, stop_reason: str | None = None) -> dict[str, Any]:
         statuses = [res.status for _, res in self.results]

@@ -554,6 +554,8 @@ class Store:
         result: Mapping[str, Any] | None = None,
         verdict: Verdict | None = None,
         rollback: Any = None,
+        controls: Mapping[str, Any] | None = None,
+        stop_condition: Sequence[str] | None = None,
         lease: Lease | None = None,
     ) -> CardRecord:
         """One step of a guided sweep; a step number used twice is a :class:`Conflict`."""
@@ -566,21 +568,26 @@ class Store:
                 hypothesis=hypothesis, variable=variable, values=list(values),
                 expected_direction=expected_direction,
                 result=dict(result) if result is not None else None, verdict=verdict,
-                rollback=rollback,
+                rollback=rollback, controls=dict(controls) if controls is not None else None,
+                stop_condition=list(stop_condition) if stop_condition is not None else None,
             )
             session.add(card)
             session.flush()
             return CardRecord.model_validate(card)
 
     def resolve_card(self, card_id: int, *, result: Mapping[str, Any], verdict: Verdict,
-                     rollback: Any = None, lease: Lease | None = None) -> CardRecord:
-        """Write a card's outcome once its experiment has run."""
+                     rollback: Any = None, values: Sequence[Any] | None = None,
+                     lease: Lease | None = None) -> CardRecord:
+        """Write a card's outcome once its experiment has run (and, with ``values``,
+        every value it tried: a line search adds values as it goes)."""
         with self._session() as session:
             card = _get(session, ExperimentCard, card_id, "experiment card")
             if lease is not None:
                 _hold(session, _same_sweep(lease, card.sweep_id))
             card.result = dict(result)
             card.verdict = verdict
+            if values is not None:
+                card.values = list(values)
             if rollback is not None:
                 card.rollback = rollback
             session.flush()

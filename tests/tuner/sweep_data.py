@@ -101,8 +101,20 @@ def populate_finished_sweep(store: Store) -> SweepData:
         variable="max_num_batched_tokens", values=list(TOKENS),
         expected_direction="smaller chunks lower TTFT; larger ones raise prefill throughput",
         result={"summary": "max_num_batched_tokens=2048: objective 0 → 4.24, headroom 1.02 "
-                "→ 0.82"}, verdict="supported",
-        rollback="to roll back, set max_num_batched_tokens=1024")
+                "→ 0.82", "results": [
+                    {"value": v, "status": "ok", "objective": 4.24 if v == 2048 else 0.0,
+                     "p99_ttft_ms": 240.0 + 30 * i, "p99_tpot_ms": 31.0, "headroom": 0.82,
+                     "failure": None} for i, v in enumerate(TOKENS)]},
+        verdict="supported",
+        controls={"model": "Qwen/Qwen2.5-7B-Instruct", "gpu": "rtx4090", "workload": WORKLOAD,
+                  "workload_seed": 0, "engine": "sim", "engine_version": "slotune-sim",
+                  "held_fixed": {"max_num_seqs": 256}, "order": "the incumbent first, then "
+                  "one value at a time outward from it, nearest first"},
+        stop_condition=["p99 TTFT above 300 ms on more requests than a p99 can absorb: the "
+                        "run stops (early abort), objective 0"],
+        rollback={"to": "max_num_batched_tokens=1024",
+                  "config": {"max_num_batched_tokens": 1024, "max_num_seqs": 256},
+                  "check": "re-measure it: objective 0 within 2%", "applied": False})
     store.add_card(
         sweep.id, step=2, symptom="prefill-bound: TTFT at 82% of target",
         evidence={"p99_ttft_ms": 244.5}, hypothesis="max_num_seqs moves the decode wall",

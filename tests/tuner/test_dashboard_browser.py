@@ -247,6 +247,14 @@ def test_sweep_page_shows_progress_charts_trials_and_cards(api: tuple[str, Sweep
     shown = browser.find_elements(By.CSS_SELECTOR, "#cards .card")
     assert len(shown) == len(cards) == 2
     assert cards[0]["hypothesis"] in shown[0].text and "supported" in shown[0].text
+    # a card is a form (the nine fields) with a row per value tried, not JSON
+    fields = [dt.text for dt in shown[0].find_elements(By.CSS_SELECTOR, "dt")]
+    assert {"controls", "stop condition", "rollback", "conclusion", "values tried"} <= set(fields)
+    assert "early abort" in shown[0].text and "re-measure it" in shown[0].text
+    value_rows = shown[0].find_elements(By.CSS_SELECTOR, "tr[data-value]")
+    assert [r.get_attribute("data-value") for r in value_rows] == [
+        str(v["value"]) for v in cards[0]["result"]["results"]]
+    assert "{" not in shown[0].text
     assert "rejected" in shown[1].text
     assert _screenshot(browser, "dashboard-sweep.png").stat().st_size > 10_000
 

@@ -157,6 +157,21 @@ def test_guided_sweeps_the_knob_of_the_diagnosed_wall_and_writes_cards() -> None
     assert s.incumbent_result.objective == max(synthetic(p).objective for p in SPACE.grid())
 
 
+def test_guided_separates_rejected_from_inconclusive() -> None:
+    # enable_prefix_caching does nothing in this landscape: within noise, one run each —
+    # inconclusive; max_num_batched_tokens away from its peak is clearly worse — rejected.
+    s = GuidedStrategy(SPACE, seed=0)
+    drive(s, synthetic, limit=40)
+    verdicts = {(c.variable, c.verdict) for c in s.cards}
+    assert ("enable_prefix_caching", "inconclusive") in verdicts
+    assert ("enable_prefix_caching", "rejected") not in verdicts
+    rejected = [c for c in s.cards if c.verdict == "rejected"]
+    assert rejected and all(c.variable == "max_num_batched_tokens" for c in rejected)
+    for card in s.cards:  # every value tried, each with its own row, in the card itself
+        assert card.values == [r["value"] for r in card.results]
+        assert card.rollback["config"][card.variable] == card.baseline_value
+
+
 def test_guided_line_search_stops_past_the_peak_and_skips_the_far_side() -> None:
     s = GuidedStrategy(SPACE)
     drive(s, synthetic)

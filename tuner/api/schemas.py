@@ -169,10 +169,20 @@ class CardOut(_Out):
     hypothesis: str
     variable: str
     values: list[Any]
+    """Every value tried, in the order tried."""
     expected_direction: str
+    controls: dict[str, Any] | None = None
+    """What was held fixed (model, GPU, workload and seed, engine and version, the other
+    knobs, the trial order)."""
+    stop_condition: list[str] | None = None
+    """The rules that end a value's run at once."""
     result: dict[str, Any] | None
+    """``summary``, ``results`` (one row per value: value, status, objective, p99 TTFT and
+    TPOT, headroom, failure) and ``baseline_value``."""
     verdict: str | None
+    """supported, rejected or inconclusive (None while the experiment runs)."""
     rollback: Any | None
+    """The incumbent's full configuration and the check that restores it."""
     created_at: datetime
 
     @classmethod

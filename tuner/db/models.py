@@ -230,6 +230,11 @@ class ExperimentCard(Base):
     variable: Mapped[str] = mapped_column(String(200))
     values: Mapped[list[Any]] = mapped_column(JSONType, default=list)
     expected_direction: Mapped[str] = mapped_column(Text)
+    controls: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
+    """What was held fixed: model, GPU, workload and seed, engine and version, the other
+    knobs, the trial order."""
+    stop_condition: Mapped[list[str] | None] = mapped_column(JSONType)
+    """The rules that end a value's run at once, each a sentence."""
     result: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     verdict: Mapped[str | None] = mapped_column(String(16))
     """None while the experiment runs."""

@@ -145,6 +145,8 @@ class CardRecord(_Record):
     variable: str
     values: list[Any]
     expected_direction: str
+    controls: dict[str, Any] | None = None
+    stop_condition: list[str] | None = None
     result: dict[str, Any] | None
     verdict: str | None
     rollback: Any | None

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from html import escape
 from typing import Any
 
+from tuner.db.records import CardRecord
 from tuner.report._analysis import LATENCY_METRICS, SweepReport, TrialPoint
 from tuner.report._svg import Chart, RefLine, Series, render_chart
 
@@ -154,17 +155,42 @@ def _html_binding(report: SweepReport) -> str:
 def _html_cards(report: SweepReport) -> str:
     out = []
     for c in report.cards:
-        rows = [["symptom", c.symptom], ["evidence", _compact(c.evidence)],
-                ["hypothesis", c.hypothesis], ["variable", c.variable],
-                ["values", ", ".join(_val(v) for v in c.values)],
-                ["expected direction", c.expected_direction],
-                ["result", _compact(c.result) if c.result is not None else "pending"],
-                ["verdict", c.verdict or "pending"],
-                ["rollback", _compact(c.rollback) if c.rollback is not None else "—"]]
+        values = _card_values(c)
         out.append(f"<div class='card' data-step='{c.step}'><h3>Step {c.step}: "
                    f"{escape(c.variable)} — {escape(c.verdict or 'pending')}</h3>"
-                   + _html_table(["field", "value"], rows) + "</div>")
+                   + _html_table(["field", "value"], _card_fields(c))
+                   + (_html_table(list(_CARD_VALUE_HEADERS), values) if values else "")
+                   + "</div>")
     return "\n".join(out)
+
+
+_CARD_VALUE_HEADERS = ("value", "status", "objective", "p99 TTFT ms", "p99 TPOT ms",
+                       "headroom", "failure")
+
+
+def _card_fields(c: CardRecord) -> list[list[str]]:
+    """The playbook's nine fields of a card, each as readable text."""
+    result = c.result or {}
+    rollback = c.rollback if isinstance(c.rollback, dict) else {}
+    restore = (f"{rollback.get('to', '')} — configuration "
+               f"{_compact(rollback.get('config') or {})}; check: {rollback.get('check', '—')}"
+               if rollback else _compact(c.rollback) if c.rollback is not None else "—")
+    return [["symptom", c.symptom], ["evidence", _compact(c.evidence) or "—"],
+            ["hypothesis", c.hypothesis], ["variable", c.variable],
+            ["controls", _compact(c.controls) if c.controls else "—"],
+            ["values tried", ", ".join(_val(v) for v in c.values)],
+            ["expected direction", c.expected_direction],
+            ["stop condition", "; ".join(c.stop_condition or []) or "—"],
+            ["conclusion", f"{c.verdict or 'pending'}: {result.get('summary', '')}".rstrip(": ")],
+            ["rollback", restore]]
+
+
+def _card_values(c: CardRecord) -> list[list[str]]:
+    """One row per value tried, with its own result."""
+    return [[_val(r.get("value")), str(r.get("status", "")), _num(r.get("objective")),
+             _num(r.get("p99_ttft_ms")), _num(r.get("p99_tpot_ms")), _num(r.get("headroom")),
+             str(r.get("failure") or "")]
+            for r in (c.result or {}).get("results", [])]
 
 
 def _html_failures(report: SweepReport) -> str:
@@ -245,16 +271,11 @@ def render_markdown(report: SweepReport) -> str:
     if not report.cards:
         lines += ["_No experiment cards (not a guided sweep)._", ""]
     for c in report.cards:
+        values = _card_values(c)
         lines += [f"### Step {c.step}: {c.variable} — {c.verdict or 'pending'}", "",
-                  _md_table(["field", "value"], [
-                      ["symptom", c.symptom], ["evidence", _compact(c.evidence)],
-                      ["hypothesis", c.hypothesis], ["variable", c.variable],
-                      ["values", ", ".join(_val(v) for v in c.values)],
-                      ["expected direction", c.expected_direction],
-                      ["result", _compact(c.result) if c.result is not None else "pending"],
-                      ["verdict", c.verdict or "pending"],
-                      ["rollback", _compact(c.rollback) if c.rollback is not None else "—"]]),
-                  ""]
+                  _md_table(["field", "value"], _card_fields(c)), ""]
+        if values:
+            lines += [_md_table(list(_CARD_VALUE_HEADERS), values), ""]
     lines += ["## Failures", "", _md_table(["status", "trials"],
                                            sorted(report.status_counts.items())), ""]
     if report.failure_counts:

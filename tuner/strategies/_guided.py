@@ -81,19 +81,27 @@ class ExperimentCard:
     variable: str
     baseline_value: KnobValue
     values: list[KnobValue]
+    """Every value tried, in order (a line search adds them as it goes)."""
     expected: str
+    controls: dict[str, Any] = field(default_factory=dict)
+    """What is held fixed while the one variable moves."""
+    stop_condition: list[str] = field(default_factory=list)
+    """The rules that end a value's run at once."""
     results: list[dict[str, Any]] = field(default_factory=list)
     result: str = ""
     verdict: Verdict | None = None
-    rollback: str = ""
+    rollback: dict[str, Any] = field(default_factory=dict)
+    """The configuration to restore (the incumbent's, whole) and the check that shows it
+    was restored."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "step": self.step, "symptom": self.symptom, "evidence": self.evidence,
             "hypothesis": self.hypothesis, "variable": self.variable,
             "baseline_value": self.baseline_value, "values": self.values,
-            "expected": self.expected, "results": self.results, "result": self.result,
-            "verdict": self.verdict, "rollback": self.rollback,
+            "expected": self.expected, "controls": self.controls,
+            "stop_condition": self.stop_condition, "results": self.results,
+            "result": self.result, "verdict": self.verdict, "rollback": self.rollback,
         }
 
 
@@ -221,31 +229,49 @@ class GuidedStrategy(Strategy):
         for proposal, result in sweep:
             card.results.append({
                 "value": proposal.params[card.variable], "status": result.status,
-                "objective": result.objective, "headroom": result.headroom,
+                "objective": result.objective,
+                "p99_ttft_ms": result.metrics.get("p99_ttft_ms"),
+                "p99_tpot_ms": result.metrics.get("p99_tpot_ms"),
+                "headroom": result.headroom,
                 "failure": result.failure or result.violated_rule,
             })
             if _better(result, best[1] if best else old, self.tolerance):
                 best = (proposal.params, result)
+        tried: dict[str, KnobValue] = {}
+        for row in card.results:  # every value the step measured, each once, as tried
+            tried.setdefault(params_key({"value": row["value"]}), row["value"])
+        card.values = list(tried.values())
         measured = [r for _, r in sweep if r.status == "ok"]
+        restore = dict(self.incumbent)
+        check = (f"re-measure it: objective {old.objective:.3g} within "
+                 f"{self.tolerance:.0%} (its confirmation run checks it again at the end)")
         if best is not None:
             value = best[0][card.variable]
             card.verdict = "supported"
             card.result = (f"{card.variable}={value!r}: objective {old.objective:.3g} → "
                            f"{best[1].objective:.3g}, headroom {_fmt(old.headroom)} → "
                            f"{_fmt(best[1].headroom)}")
-            card.rollback = f"to roll back, set {card.variable}={card.baseline_value!r}"
+            card.rollback = {"to": f"{card.variable}={card.baseline_value!r}",
+                             "config": restore, "check": check, "applied": False}
             self.incumbent, self.incumbent_result = dict(best[0]), best[1]
             self._tried = {card.variable}
         elif not measured:
             card.verdict = "inconclusive"
             card.result = "no value produced a measurement (refused, OOM or infeasible)"
-            card.rollback = f"kept {card.variable}={card.baseline_value!r}"
+            card.rollback = {"to": f"{card.variable}={card.baseline_value!r}",
+                             "config": restore, "check": check, "applied": True}
         else:
             top = max(r.objective for r in measured)
-            card.verdict = "rejected"
-            card.result = (f"best objective {top:.3g} vs incumbent {old.objective:.3g}: no gain "
-                           f"beyond noise ({self.tolerance:.0%})")
-            card.rollback = f"rolled back to {card.variable}={card.baseline_value!r}"
+            within = old.objective > 0 and top >= old.objective * (1.0 - self.tolerance)
+            # Within the noise band on one run each: the evidence is too thin to call it
+            # either way (the playbook's "inconclusive"); clearly below it: rejected.
+            card.verdict = "inconclusive" if within else "rejected"
+            card.result = (f"best objective {top:.3g} vs incumbent {old.objective:.3g}: "
+                           + (f"within the noise band (±{self.tolerance:.0%}) on a single run "
+                              "each — no gain shown, none ruled out" if within else
+                              f"no gain beyond noise ({self.tolerance:.0%})"))
+            card.rollback = {"to": f"{card.variable}={card.baseline_value!r}",
+                             "config": restore, "check": check, "applied": True}
 
     def _plan(self) -> None:
         result = self.incumbent_result
@@ -285,11 +311,29 @@ class GuidedStrategy(Strategy):
                         f"the {wall} wall's own knobs are spent; {knob} may still help"),
             variable=knob, baseline_value=self.incumbent.get(knob), values=values,
             expected=_EXPECTED.get(knob, "unknown: measure it"),
+            controls=self._controls(knob, result, lines=bool(lines)),
+            stop_condition=_stop_condition(self.space),
         )
         self.cards.append(self._card)
         verb = "line-search" if lines else "sweep"
         self._step_note = f"step {self._card.step}: {verb} {knob} ({symptom})"
         self._queue.extend({**self.incumbent, knob: v} for v in values)
+
+    def _controls(self, knob: str, incumbent: TrialResult, *, lines: bool) -> dict[str, Any]:
+        """What the card holds fixed while ``knob`` moves (the playbook's controls)."""
+        space = self.space
+        workload = space.resolve_workload()
+        return {
+            "model": space.model, "gpu": space.gpu, "engine": space.engine,
+            "engine_version": incumbent.engine.engine_version,
+            "workload": workload.name, "workload_seed": workload.seed,
+            "request_rate": workload.arrivals.request_rate,
+            "slo": space.resolve_slo().model_dump(exclude_none=True),
+            "held_fixed": {k: v for k, v in self.incumbent.items() if k != knob},
+            "order": ("the incumbent first, then one value at a time outward from it, "
+                      "nearest first" if lines else
+                      "the incumbent first, then each value once, in the space's order"),
+        }
 
     def _lines_for(self, knob: str, side: int) -> tuple[list[_Line], list[KnobValue]]:
         """How to vary ``knob``: lines from the incumbent (ordered) or values to sweep."""
@@ -348,6 +392,21 @@ def _number(value: KnobValue) -> float | None:
 
 def _fmt(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.2f}"
+
+
+def _stop_condition(space: SearchSpace) -> list[str]:
+    """The rules that end a value's run at once (the early abort and the failure
+    classifier, as they apply to this space's SLO)."""
+    slo = space.resolve_slo()
+    rules = [f"p{slo.percentile:g} {metric.upper()} above {target:g} ms on more requests than "
+             f"a p{slo.percentile:g} can absorb: the run stops (early abort), objective 0"
+             for metric, target in slo.targets.items()]
+    return [*rules,
+            "the engine refuses the configuration, runs out of memory or does not come up "
+            "in time: that value is recorded failed (invalid_config, oom, startup_timeout), "
+            "never retried",
+            "requests error out, or the load generator falls behind its schedule: the run is "
+            "discarded and measured again (at most twice), never scored"]
 
 
 def _wall_of(result: TrialResult) -> tuple[str, str, dict[str, Any]]:

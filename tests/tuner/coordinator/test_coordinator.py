@@ -20,6 +20,7 @@ import pytest
 from tuner.coordinator import Coordinator, GpuShare, SweepRunner
 from tuner.executors import TrialExecutor, VirtualExecutor
 from tuner.store import Store
+from tuner.strategies import params_key
 from tuner.sweeps import SweepBudget, SweepRequest, queue_sweep
 from workers.contracts import TrialResult, TrialSpec
 
@@ -352,3 +353,42 @@ def test_trials_no_node_can_hold_are_infeasible_at_once_and_the_sweep_ends(
                 f"can never be placed: needs {tp} GPUs on one node; the virtual executor "
                 "(--gpus 2) offers 2")
             assert row.result["constraints"]["fits"] > 0  # the sampler learns to avoid it
+
+
+def test_a_guided_sweep_stores_every_card_with_all_nine_fields(
+        store: Store, migrated_url: str) -> None:
+    sweep = queue_sweep(store, SweepRequest(space="lab", strategy="guided",
+                                            budget=SweepBudget(max_trials=14, confirm_top=0)))
+    Coordinator(store, VirtualExecutor(2), database_url=migrated_url).run_sweep(sweep.id)
+    cards = [c for c in store.list_cards(sweep.id) if c.verdict is not None]
+    assert cards, "the guided loop wrote down at least one finished step"
+    trials = {params_key(t.params): t for t in store.list_trials(sweep.id).data}
+    for card in cards:
+        assert card.symptom and card.hypothesis and card.variable and card.expected_direction
+        assert card.controls is not None
+        assert card.controls["model"] == "Qwen/Qwen2.5-7B-Instruct"
+        assert card.controls["workload"] and card.controls["order"]
+        assert card.variable not in card.controls["held_fixed"]  # the one variable moves
+        assert card.stop_condition and any("early abort" in rule for rule in card.stop_condition)
+        assert card.rollback["config"] and card.rollback["check"].startswith("re-measure")
+        assert card.verdict in ("supported", "rejected", "inconclusive")
+        assert card.result is not None
+        rows = card.result["results"]
+        # every value tried is listed, each with its own measured result
+        assert card.values == [r["value"] for r in rows]
+        for row in rows:  # ... the trial of that value against the step's incumbent
+            params = {**card.rollback["config"], card.variable: row["value"]}
+            trial = trials[params_key(params)]
+            assert trial.result is not None
+            assert (row["status"], row["objective"]) == (trial.status, trial.result["objective"])
+            assert row["p99_ttft_ms"] == trial.result["metrics"].get("p99_ttft_ms")
+    # and the report shows each card as a form with its values table, not as JSON
+    from tuner.report import render_report
+
+    markdown = render_report(store, sweep.id, "md")
+    for card in cards:
+        section = markdown.split(f"### Step {card.step}: {card.variable}", 1)[1].split("###")[0]
+        assert "| stop condition |" in section and "| controls |" in section
+        assert "| value | status | objective | p99 TTFT ms | p99 TPOT ms |" in section
+        assert section.count("\n| ") >= len(card.values) + 12  # a row per field and value
+        assert '{"' not in section  # no JSON blob

@@ -319,7 +319,11 @@
     if (typeof v === "string") return v;
     if (typeof v === "object" && !Array.isArray(v)) {
       return Object.keys(v).filter(function (k) { return v[k] !== null; }).map(function (k) {
-        return k + ": " + (typeof v[k] === "string" ? v[k] : JSON.stringify(v[k]));
+        var x = v[k];
+        if (x && typeof x === "object" && !Array.isArray(x)) {  // e.g. the knobs held fixed
+          x = Object.keys(x).map(function (j) { return j + "=" + value(x[j]); }).join(", ");
+        }
+        return k + ": " + (typeof x === "string" ? x : value(x));
       }).join("; ");
     }
     return JSON.stringify(v);
@@ -329,14 +333,27 @@
     if (!cards.length) { replace("cards", el("p", { "class": "muted" }, "no experiment cards (not a guided sweep)")); return; }
     var box = el("div", {});
     cards.forEach(function (c) {
+      var result = c.result || {};
+      var rb = c.rollback && typeof c.rollback === "object" ? c.rollback : null;
+      var rollback = rb ? (rb.to || "") + " — configuration " + cardText(rb.config || {}) + "; check: " + (rb.check || "—")
+        : cardText(c.rollback);
+      // The playbook's nine fields, as a small form.
       var fields = [["symptom", c.symptom], ["evidence", cardText(c.evidence)], ["hypothesis", c.hypothesis],
-        ["variable", c.variable], ["values", c.values.map(value).join(", ")],
-        ["expected direction", c.expected_direction], ["result", c.result ? cardText(c.result) : "pending"],
-        ["verdict", c.verdict || "pending"], ["rollback", cardText(c.rollback)]];
+        ["variable", c.variable], ["controls", cardText(c.controls)], ["values tried", c.values.map(value).join(", ")],
+        ["expected direction", c.expected_direction], ["stop condition", (c.stop_condition || []).join("; ") || "—"],
+        ["conclusion", (c.verdict || "pending") + (result.summary ? ": " + result.summary : "")],
+        ["rollback", rollback]];
+      var rows = (result.results || []).map(function (r) {
+        return el("tr", { "data-value": value(r.value) }, textCell(value(r.value), "value"), textCell(r.status, "status"),
+          numCell(r.objective, 3, "objective"), numCell(r.p99_ttft_ms, 1, "p99_ttft_ms"),
+          numCell(r.p99_tpot_ms, 1, "p99_tpot_ms"), numCell(r.headroom, 2, "headroom"),
+          textCell(r.failure || "", "failure"));
+      });
       box.appendChild(el("div", { "class": "card", "data-card-step": c.step },
         el("h3", {}, "Step " + c.step + ": " + c.variable + " ", badge(c.verdict || "pending")),
-        el("dl", {}, fields.map(function (f) { return [el("dt", {}, f[0]), el("dd", {}, f[1])]; })
-          .reduce(function (a, b) { return a.concat(b); }, []))));
+        el("dl", {}, fields.map(function (f) { return [el("dt", { "data-field": f[0] }, f[0]), el("dd", {}, f[1])]; })
+          .reduce(function (a, b) { return a.concat(b); }, [])),
+        rows.length ? table(["value", "status", "objective", "p99 TTFT ms", "p99 TPOT ms", "headroom", "failure"], rows) : null));
     });
     replace("cards", box);
   }
