@@ -40,6 +40,7 @@ from workers.loadgen.result import build_result
 from workers.loadgen.runner import BenchmarkRun, EarlyAbort, SendLag
 from workers.loadgen.scoring import Score, allowed_violations, score, violated_metrics
 from workers.loadgen.scrape import HistogramDelta, ScrapeSummary
+from workers.loadgen.symptoms import with_symptoms
 from workers.sim import tokenizer
 from workers.sim.catalog import UnknownCatalogEntry
 from workers.sim.config import (
@@ -363,7 +364,10 @@ def _result_from_probe(spec: TrialSpec, probe: ProbeRun, boot_s: float, facts: E
                        per_request: bool) -> TrialResult:
     s = probe.score
     crashed = probe.sim.crashed
-    diagnosis = diagnose(probe.run.scrape, s, spec.slo)
+    diagnosis = with_symptoms(
+        diagnose(probe.run.scrape, s, spec.slo), probe.run, s, slo=spec.slo,
+        workload=spec.workload, engine_flags=spec.engine_flags, boot_s=boot_s,
+        total_s=boot_s + probe.measure_s)
     metrics = build_result(
         run=probe.run, score=s, workload=spec.workload, slo=spec.slo, model=spec.model,
         endpoint=spec.workload.endpoint, base_url="sim://virtual-time", diagnosis=diagnosis,

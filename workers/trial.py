@@ -43,6 +43,7 @@ from workers.contracts import (
 from workers.engines import EngineAdapter, EngineFailure, classify_failure, make_engine
 from workers.gpu import GPUProbe
 from workers.loadgen import BenchmarkRun, Score, build_result, diagnose, run_benchmark, score
+from workers.loadgen.symptoms import with_symptoms
 from workers.sim.catalog import UnknownCatalogEntry, get_gpu
 
 log = logging.getLogger(__name__)
@@ -283,7 +284,11 @@ async def _reset_prefix_cache(engine: EngineAdapter) -> None:
 
 def _scored(spec: TrialSpec, engine: EngineAdapter, run: BenchmarkRun, sc: Score,
             facts: EngineFacts, timings: dict[str, float | None], started: float) -> TrialResult:
-    diagnosis = diagnose(run.scrape, sc, spec.slo)
+    phases = [timings.get(k) for k in ("boot_s", "warmup_s", "measure_s")]
+    diagnosis = with_symptoms(
+        diagnose(run.scrape, sc, spec.slo), run, sc, slo=spec.slo, workload=spec.workload,
+        engine_flags=spec.engine_flags, boot_s=timings.get("boot_s"),
+        total_s=sum(p for p in phases if p is not None))
     metrics = build_result(run=run, score=sc, workload=spec.workload, slo=spec.slo,
                            model=spec.model, endpoint=spec.workload.endpoint,
                            base_url=engine.base_url, diagnosis=diagnosis)

@@ -130,6 +130,9 @@ class SweepReport:
     failure_counts: dict[str, int]
     infeasible_rules: dict[str, int]
     failure_examples: dict[str, str] = field(default_factory=dict)
+    symptoms: tuple[dict[str, Any], ...] = ()
+    """The playbook's symptoms beside the wall (the winner's, else every trial's, each
+    kind once with how many trials showed it)."""
 
     @property
     def measured(self) -> tuple[TrialPoint, ...]:
@@ -213,6 +216,7 @@ def analyse(sweep: SweepRecord, trials: Sequence[TrialRecord], cards: Sequence[C
         next_step=_next_step(sweep, winner, target_rate, best_rows),
         slo_targets=slo_targets, slo_percentile=percentile, target_rate=target_rate,
         ties=ties, tie_note=tie_note, status_counts=dict(status_counts),
+        symptoms=_symptoms(winner, points),
         failure_counts=dict(failure_counts), infeasible_rules=dict(rules),
         failure_examples=examples,
     )
@@ -317,6 +321,18 @@ def _ties(sweep: SweepRecord, measured: Sequence[TrialPoint]) -> tuple[TrialPoin
     for t in measured:
         if (t.objective or 0.0) >= top * (1 - NOISE_TOLERANCE):
             seen.setdefault(params_key(t.params), t)
+    return tuple(seen.values())
+
+
+def _symptoms(winner: TrialPoint | None, points: Sequence[TrialPoint]
+              ) -> tuple[dict[str, Any], ...]:
+    """The winner's symptoms; without a winner, those of every trial, each kind once."""
+    chosen = [winner] if winner is not None else list(points)
+    seen: dict[str, dict[str, Any]] = {}
+    for point in chosen:
+        for symptom in (point.diagnosis or {}).get("symptoms") or []:
+            entry = seen.setdefault(str(symptom.get("kind")), {**symptom, "trials": 0})
+            entry["trials"] += 1
     return tuple(seen.values())
 
 

@@ -149,7 +149,18 @@ def _html_binding(report: SweepReport) -> str:
     if n.knobs:
         out.append("<ul class='knobs'>" + "".join(f"<li>{escape(k)}</li>" for k in n.knobs)
                    + "</ul>")
+    if report.symptoms:
+        out.append("<h3>Symptoms beside the wall</h3><ul class='symptoms'>" + "".join(
+            f"<li data-symptom='{escape(str(s['kind']))}'><strong>{escape(str(s['symptom']))}"
+            f"</strong> ({_seen(report, s)}) — {escape(str(s['next_step']))}</li>"
+            for s in report.symptoms) + "</ul>")
     return "\n".join(out)
+
+
+def _seen(report: SweepReport, symptom: dict[str, Any]) -> str:
+    if report.winner is not None:
+        return "at the winner"
+    return f"in {symptom['trials']} of {len(report.trials)} trials"
 
 
 def _html_cards(report: SweepReport) -> str:
@@ -242,6 +253,11 @@ def render_markdown(report: SweepReport) -> str:
     lines += [f"**Next step:** {n.action}", ""]
     lines += [f"- {k}" for k in n.knobs]
     if n.knobs:
+        lines.append("")
+    if report.symptoms:
+        lines += ["**Symptoms beside the wall:**", ""]
+        lines += [f"- **{s['symptom']}** ({_seen(report, s)}) — {s['next_step']}"
+                  for s in report.symptoms]
         lines.append("")
     if report.tie_note:
         lines += [f"> **Ties:** {report.tie_note}", ""]

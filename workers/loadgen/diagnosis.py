@@ -76,6 +76,8 @@ class Diagnosis:
     reason: str
     evidence: dict[str, float | None]
     knobs: list[str] = field(default_factory=list)
+    symptoms: list[dict[str, object]] = field(default_factory=list)
+    """The playbook's other symptoms seen in the run (:mod:`workers.loadgen.symptoms`)."""
 
     @property
     def label(self) -> str:

@@ -6,6 +6,7 @@ virtual time (``VirtualExecutor``); ``test_sweep_path.py`` runs the real path.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import Counter
@@ -392,3 +393,38 @@ def test_a_guided_sweep_stores_every_card_with_all_nine_fields(
         assert "| value | status | objective | p99 TTFT ms | p99 TPOT ms |" in section
         assert section.count("\n| ") >= len(card.values) + 12  # a row per field and value
         assert '{"' not in section  # no JSON blob
+
+
+def _mixed_trace(folder: Path) -> Path:
+    """Nine short prompts to one long one: the long prefills set the TTFT tail."""
+    trace = folder / "mixed.jsonl"
+    trace.write_text("".join(json.dumps({"prompt_len": 3500 if i % 10 == 5 else 200,
+                                         "output_len": 64}) + "\n" for i in range(300)))
+    return trace
+
+
+def test_a_sweep_whose_ttft_tail_comes_from_its_longest_prompts_names_the_bucket(
+        tmp_path: Path, store: Store, migrated_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLOTUNE_HOME", str(tmp_path))  # where a stored sweep's traces may live
+    trace = _mixed_trace(tmp_path)
+    workload = tmp_path / "mixed.yaml"
+    workload.write_text(f"name: mixed\ndataset: {{kind: trace, path: {trace.name}, "
+                        "use_trace_arrivals: false}\narrivals: {request_rate: 2}\n"
+                        "num_prompts: 300\n")
+    sweep = queue_sweep(store, SweepRequest(space="lab", strategy="random", workload=str(workload),
+                                            budget=SweepBudget(max_trials=2, confirm_top=0)))
+    Coordinator(store, VirtualExecutor(2), database_url=migrated_url).run_sweep(sweep.id)
+    trials = [t for t in store.list_trials(sweep.id).data if t.status == "ok"]
+    assert trials
+    for trial in trials:
+        assert trial.diagnosis is not None
+        tail = {s["kind"]: s for s in trial.diagnosis["symptoms"]}["tail_mixture"]
+        assert tail["evidence"]["bucket"] == "2048–4095"  # the 3,500-token prompts
+        assert "the 2048–4095-token bucket" in tail["symptom"]
+        assert tail["next_step"].startswith("bucket by input length before blaming the engine")
+    from tuner.report import render_report
+
+    report = render_report(store, sweep.id, "md")
+    assert "**Symptoms beside the wall:**" in report and "2048–4095-token bucket" in report
+
+
