@@ -421,6 +421,9 @@ def _wall_of(result: TrialResult) -> tuple[str, str, dict[str, Any]]:
     wall = str(diagnosis.get("wall", "limit"))
     symptom = f"{diagnosis.get('label', wall)}: {diagnosis.get('reason', 'no diagnosis')}"
     evidence = {k: v for k, v in (diagnosis.get("evidence") or {}).items() if v is not None}
+    seen = [s.get("symptom") for s in diagnosis.get("symptoms") or [] if s.get("symptom")]
+    if seen:  # the playbook's other symptoms at the incumbent, written on the card too
+        evidence["also_seen"] = "; ".join(str(s) for s in seen)
     return wall, symptom, evidence
 
 
