@@ -50,7 +50,9 @@ def assert_clean(result: TrialResult) -> None:
 
 
 def test_a_load_the_config_carries_scores_its_goodput() -> None:
-    result = run_trial(lab_spec(5.0))
+    # At 2x real time rather than 4x: the client's own timing error, scaled up into engine
+    # time, must not decide the gate on a busy 2-core machine.
+    result = run_trial(lab_spec(5.0, sim=SimOptions(gpu="rtx4090", time_scale=2)))
     assert_clean(result)
     assert result.status == "ok" and result.gate_passed
     assert result.objective == result.request_goodput
