@@ -295,6 +295,7 @@ def test_a_winner_whose_repeats_break_the_slo_is_not_confirmed(store: Store,
     assert all(c["runs"] == [0.0, 0.0] for c in final.progress["confirmation"])
 
 
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)  # the GPU share, not the backend
 def test_a_sweep_waiting_for_gpus_other_sweeps_hold_waits_rather_than_ending(
         store: Store, migrated_url: str, tmp_path: Path) -> None:
     # Three sweeps on two GPUs: the third finds both held when it starts. It waits for

@@ -53,6 +53,7 @@ def test_cancel_a_queued_sweep(store: Store, migrated_url: str) -> None:
     assert store.get_sweep(sweep_id).status == "cancelled"
 
 
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)  # the mapping, not the backend
 def test_one_error_exits_the_same_way_from_every_command(
         store: Store, migrated_url: str, tmp_path: Path) -> None:
     def refused(*args: str, url: str = migrated_url) -> tuple[int, str]:
