@@ -514,10 +514,14 @@ class SweepRunner:
                         "touching the sweep, %d unrecorded result(s) dropped",
                         self.sweep.id, exc, self._unrecorded + len(self._outbox))
         self.lease_lost = self.cancelled = True
+        self._stop_trials()
+        self._outbox.clear()
+
+    def _stop_trials(self) -> None:
+        """Cancel every trial this runner has in flight (their engines die with them)."""
         for handle in list(self.running):
             self.executor.cancel(handle)
         self.running.clear()
-        self._outbox.clear()
 
     def _note_outage(self, exc: Exception) -> None:
         if self._outage is None:
@@ -652,9 +656,7 @@ class SweepRunner:
             return False
         except Conflict:  # cancelled (or finished) under this lease: stop, leave it resumable
             self.cancelled = True
-            for handle in list(self.running):
-                self.executor.cancel(handle)
-            self.running.clear()
+            self._stop_trials()
             self.store.recover_orphans(self.sweep.id, lease=self.lease)
             return False
         try:
@@ -738,9 +740,7 @@ class SweepRunner:
 
     def _abandon(self) -> None:
         """An error or an interrupt in this process: stop its trials, leave it resumable."""
-        for handle in list(self.running):
-            self.executor.cancel(handle)
-        self.running.clear()
+        self._stop_trials()
         try:
             self.store.recover_orphans(self.sweep.id, lease=self.lease)
             self.store.update_sweep(self.sweep.id, status="failed",

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import abc
 import concurrent.futures as cf
+import contextlib
 import itertools
 import os
 import threading
@@ -36,12 +37,24 @@ from dataclasses import dataclass
 from workers.contracts import TrialResult, TrialSpec
 
 __all__ = ["MAX_NODE_GPUS_ENV", "Largest", "RayExecutor", "TrialExecutor", "VirtualExecutor",
-           "make_executor"]
+           "declared_max_node_gpus", "make_executor"]
 
 Handle = Hashable
 
 MAX_NODE_GPUS_ENV = "SLOTUNE_MAX_NODE_GPUS"
 """GPUs of the largest node a Ray cluster may ever have (its autoscaler's largest type)."""
+
+
+def declared_max_node_gpus() -> int | None:
+    """``$SLOTUNE_MAX_NODE_GPUS`` as a number (None when unset); ``ValueError`` naming the
+    variable when it is not a whole number of at least 1."""
+    text = os.environ.get(MAX_NODE_GPUS_ENV, "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"{MAX_NODE_GPUS_ENV}={text!r}: give the GPUs of the largest node "
+                         "(a whole number, at least 1)")
+    return int(text)
 
 
 @dataclass(frozen=True)
@@ -170,9 +183,11 @@ class RayExecutor(TrialExecutor):
                     name = key.removeprefix(GPU_TYPE_PREFIX)
                     types[name] = max(types.get(name, 0), int(value))
         where = "this machine's local Ray" if self._local else "the largest node"
-        declared = os.environ.get(MAX_NODE_GPUS_ENV, "").strip()
-        if declared.isdigit() and not self._local:  # (checked at the edge: placement.py)
-            gpus = max(gpus, int(declared))
+        declared = None
+        with contextlib.suppress(ValueError):  # a bad value is refused at the edge instead
+            declared = declared_max_node_gpus()
+        if declared is not None and not self._local:
+            gpus = max(gpus, declared)
             types = {key: max(value, gpus) for key, value in types.items()}
             where = f"the largest node ({MAX_NODE_GPUS_ENV})"
         largest = Largest(gpus=gpus, cpus=cpus, gpu_types=types, where=where)

@@ -16,11 +16,10 @@ declared: ``$SLOTUNE_MAX_NODE_GPUS``, the GPUs of the largest node a trial can l
 from __future__ import annotations
 
 import itertools
-import os
 from collections.abc import Iterator
 from typing import Protocol
 
-from tuner.executors import MAX_NODE_GPUS_ENV, Largest
+from tuner.executors import MAX_NODE_GPUS_ENV, Largest, declared_max_node_gpus
 from tuner.spaces import SearchSpace
 from workers.contracts import KnobValue, TrialSpec
 
@@ -51,13 +50,8 @@ def declared_cluster() -> DeclaredCluster | None:
 
     ``ValueError`` naming the variable when it is not a whole number.
     """
-    text = os.environ.get(MAX_NODE_GPUS_ENV, "").strip()
-    if not text:
-        return None
-    if not text.isdigit() or int(text) < 1:
-        raise ValueError(f"{MAX_NODE_GPUS_ENV}={text!r}: give the GPUs of the largest node "
-                         "(a whole number, at least 1)")
-    return DeclaredCluster(int(text))
+    gpus = declared_max_node_gpus()
+    return None if gpus is None else DeclaredCluster(gpus)
 
 PARALLEL_KNOBS = ("tensor_parallel_size", "pipeline_parallel_size")
 """The knobs that decide how many devices one replica takes."""

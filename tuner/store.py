@@ -453,15 +453,14 @@ class Store:
         }
         with self._session() as session:
             _hold_for_trial(session, lease, trial_id)
-            spec = _get(session, SweepTrial, trial_id, "trial").spec or {}
-            values["engine"] = spec.get("engine")
+            trial = _get(session, SweepTrial, trial_id, "trial")
+            values["engine"] = (trial.spec or {}).get("engine")
             done = _rowcount(session, update(SweepTrial).where(
                 SweepTrial.id == trial_id, SweepTrial.status.in_(UNFINISHED_TRIAL_STATUSES),
             ).values(**values))
-            trial = _get(session, SweepTrial, trial_id, "trial")
+            session.refresh(trial)  # the row as it is now (finished here, or before)
             if not done:
                 raise Conflict(f"trial {trial_id} is already {trial.status}")
-            session.refresh(trial)
             return TrialRecord.model_validate(trial)
 
     def recover_orphans(self, sweep_id: int, *, lease: Lease | None = None
