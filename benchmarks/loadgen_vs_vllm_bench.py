@@ -6,9 +6,9 @@ options through ``slotune bench`` and ``vllm bench serve`` against it, ``--repea
 rounds, the order of the two tools alternating from round to round so that server drift
 (warming caches, other work on the machine) hits both alike. Each round gets its own seed
 (the same for both tools), so no run is served from an earlier run's prefix cache; a short
-``slotune bench`` warm-up, not counted, runs first. ``vllm bench serve`` gets
-``--temperature 0``: slotune's requests are greedy, and vLLM's client sends no temperature
-unless told (the server would then sample at 1.0), so both send the same request body.
+``slotune bench`` warm-up, not counted, runs first. Both tools get the same command line
+(``slotune bench`` takes ``vllm bench serve``'s), with ``--temperature 0 --ignore-eos``:
+greedy requests of exactly the asked length, the same request body from both.
 Around every run the script reads the server's own counters from ``/metrics``
 (``vllm:prompt_tokens_total``, ``vllm:prefix_cache_hits_total``, latency histograms).
 
@@ -184,23 +184,21 @@ def _common(args: argparse.Namespace, model: Path, port: int, seed: int, n: int)
 
 def _argv(tool: str, args: argparse.Namespace, model: Path, port: int, seed: int, n: int,
           result: Path) -> list[str]:
-    common = _common(args, model, port, seed, n)
+    # One command line for both tools (slotune bench takes vllm bench serve's): greedy,
+    # every requested token, per-request itls saved.
+    line = [*_common(args, model, port, seed, n), "--ignore-eos", "--temperature", "0",
+            "--disable-tqdm", "--save-detailed", "--result-dir", str(result.parent),
+            "--result-filename", result.name]
     if tool == "slotune":
         slotune = Path(sys.executable).parent / "slotune"
         head = [str(slotune)] if slotune.exists() else [sys.executable, "-m", "tuner.cli"]
-        extra = ["--no-scrape"] if args.no_scrape else []
-        return [*head, "bench", *common, "--num-warmups", "0", "--quiet", *extra,
-                "--result-dir", str(result.parent), "--result-filename", result.name]
-    # slotune sends greedy requests (temperature 0); vllm bench serve sends no temperature
-    # unless told, so the server would sample at its default (1.0): ask for the same body.
-    return [str(args.vllm_bin), "bench", "serve", *common, "--ignore-eos", "--temperature", "0",
-            "--disable-tqdm", "--save-detailed",  # per-request itls, as slotune saves
-            "--result-dir", str(result.parent), "--result-filename", result.name]
+        return [*head, "bench", *line, *(["--no-scrape"] if args.no_scrape else [])]
+    return [str(args.vllm_bin), "bench", "serve", *line]
 
 
 def _lag(data: dict[str, Any]) -> str:
     """slotune's own send-lag p99 (how late its client sent), where its result has one."""
-    lag = data.get("send_lag_ms")
+    lag = data.get("slotune", {}).get("send_lag_ms")
     if not isinstance(lag, dict) or not isinstance(lag.get("p99"), int | float):
         return ""
     return f", send-lag p99 {lag['p99']:.1f} ms"

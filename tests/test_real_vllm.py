@@ -85,9 +85,9 @@ def test_capacity_trial_on_real_vllm_reports_engine_facts_and_no_probe_hits_the_
     # that reused an earlier probe's prompts would be served from the cache.
     assert all(p["prefix_cache_hit_tokens"] == 0 for p in probes), probes
     metrics = result["metrics"]
-    assert metrics["prompts_as"] == "token ids"
+    assert metrics["slotune"]["prompts_as"] == "token ids"
     assert metrics["total_input_tokens"] == PROMPTS * INPUT_LEN
-    server_counted = metrics["metrics_scrape"]["counters"]["vllm:prompt_tokens_total"]
+    server_counted = metrics["slotune"]["metrics_scrape"]["counters"]["vllm:prompt_tokens_total"]
     assert server_counted == metrics["total_input_tokens"]
     assert engine_pids(trial_id) == []
 

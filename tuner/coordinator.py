@@ -58,6 +58,7 @@ from tuner.strategies import (
 )
 from tuner.sweeps import SweepBudget, resolve_space
 from workers.contracts import KnobValue, TrialResult, TrialSpec
+from workers.loadgen.result import slotune_fields
 
 log = logging.getLogger(__name__)
 
@@ -159,12 +160,12 @@ _DISCARDED = "client-bound: the load generator could not keep its schedule"
 def distorted(result: TrialResult) -> bool:
     """An ok run that failed its gate while the client itself was overloaded."""
     return (result.status == "ok" and not result.gate_passed
-            and bool(result.metrics.get("client_bound")))
+            and bool(slotune_fields(result.metrics).get("client_bound")))
 
 
 def discarded(result: TrialResult) -> TrialResult:
     """The distorted run, recorded as a failed attempt that says why (then retried)."""
-    lag = (result.metrics.get("send_lag_ms") or {}).get("p99")
+    lag = (slotune_fields(result.metrics).get("send_lag_ms") or {}).get("p99")
     detail = f" (p99 send lag {lag:.1f} ms)" if isinstance(lag, int | float) else ""
     return TrialResult.model_validate({
         **result.model_dump(), "status": "failed", "failure": "benchmark_errors",

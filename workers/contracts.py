@@ -24,11 +24,13 @@ from pydantic import (
 
 __all__ = [
     "FAILURE_CLASSES",
+    "FILE_DATASETS",
     "SLO",
     "SLO_METRICS",
     "Arrivals",
     "CapacityProbe",
     "CapacitySearch",
+    "CustomDataset",
     "DatasetConfig",
     "EngineFacts",
     "EngineKind",
@@ -37,8 +39,10 @@ __all__ = [
     "ObjectiveMode",
     "PhaseTimings",
     "PrefixRepetitionDataset",
+    "RampUp",
     "RandomDataset",
     "SLOMetric",
+    "ShareGPTDataset",
     "ShareGPTLikeDataset",
     "SimOptions",
     "TraceDataset",
@@ -135,10 +139,88 @@ class TraceDataset(_Strict):
     use_trace_arrivals: bool = True
 
 
+class ShareGPTDataset(_Strict):
+    """``vllm bench serve --dataset-name sharegpt``: a ShareGPT-format JSON file.
+
+    The file is a list of ``{"conversations": [{"value": prompt}, {"value": reply}, …]}``;
+    entries with fewer than two turns are dropped, the rest shuffled with Python's
+    ``random`` seeded by the workload's seed (unless ``shuffle`` is off), exactly as
+    vLLM does, so both tools send the same prompts in the same order. A prompt's output
+    length is its reply's length in tokens, unless ``output_len`` is set; vLLM's pruning
+    applies (prompt ≥ 4 tokens, reply ≥ 4 unless ``output_len`` is set, prompt ≤ 1024,
+    prompt + output ≤ 2048). Too few entries are topped up by drawing with replacement,
+    unless ``oversample`` is off. A relative ``path`` resolves as a trace's does.
+    """
+
+    kind: Literal["sharegpt"] = "sharegpt"
+    path: str = Field(min_length=1)
+    output_len: int | None = Field(None, ge=1, le=MAX_TOKENS)
+    shuffle: bool = True
+    oversample: bool = True
+
+
+class CustomDataset(_Strict):
+    """``vllm bench serve --dataset-name custom``: a JSONL file, one ``{"prompt": …}`` a line.
+
+    Each prompt goes through the served model's chat template (as a single user turn,
+    with the generation prompt) unless ``skip_chat_template``; ``output_len`` tokens are
+    asked of each request, or, with ``output_len: -1``, the line's own
+    ``output_tokens``. Shuffling and oversampling as for :class:`ShareGPTDataset`.
+    """
+
+    kind: Literal["custom"] = "custom"
+    path: str = Field(min_length=1)
+    output_len: int = Field(256, ge=-1, le=MAX_TOKENS)
+    skip_chat_template: bool = False
+    chat_template_kwargs: dict[str, Any] | None = None
+    shuffle: bool = True
+    oversample: bool = True
+
+    @field_validator("output_len")
+    @classmethod
+    def _positive_or_from_file(cls, value: int) -> int:
+        if value == 0:
+            raise ValueError("must be >= 1, or -1 to take each line's 'output_tokens'")
+        return value
+
+
 DatasetConfig = Annotated[
-    RandomDataset | ShareGPTLikeDataset | PrefixRepetitionDataset | TraceDataset,
+    RandomDataset | ShareGPTLikeDataset | PrefixRepetitionDataset | TraceDataset
+    | ShareGPTDataset | CustomDataset,
     Field(discriminator="kind"),
 ]
+FILE_DATASETS = (TraceDataset, ShareGPTDataset, CustomDataset)
+"""Datasets read from a file named by ``path`` (one rule for where it may live)."""
+
+
+class RampUp(_Strict):
+    """``vllm bench serve --ramp-up-strategy``: the rate climbs from ``start_rps`` to ``end_rps``.
+
+    Request ``i`` of ``n`` arrives at rate ``start + (end − start)·i/(n−1)`` (linear) or
+    ``start·(end/start)^(i/(n−1))`` (exponential), its gap drawn as for
+    :class:`Arrivals` at that rate.
+    """
+
+    strategy: Literal["linear", "exponential"]
+    start_rps: int = Field(ge=0, le=1_000_000)
+    end_rps: int = Field(ge=0, le=1_000_000)
+
+    @model_validator(mode="after")
+    def _climbs(self) -> RampUp:
+        if self.start_rps > self.end_rps:
+            raise ValueError(f"start_rps ({self.start_rps}) must be <= end_rps "
+                             f"({self.end_rps}): a ramp-up climbs")
+        if self.start_rps == 0:
+            raise ValueError("start_rps must be >= 1: at 0 req/s the first request would "
+                             "never be sent")
+        return self
+
+    def rate(self, index: int, total: int) -> float:
+        """The rate request ``index`` of ``total`` arrives at."""
+        progress = index / max(total - 1, 1)
+        if self.strategy == "linear":
+            return self.start_rps + (self.end_rps - self.start_rps) * progress
+        return float(self.start_rps * (self.end_rps / self.start_rps) ** progress)
 
 
 class Arrivals(_Strict):
@@ -153,6 +235,16 @@ class Arrivals(_Strict):
     request_rate: float = Field(math.inf, gt=0)
     burstiness: float = Field(1.0, gt=0)
     max_concurrency: int | None = Field(None, ge=1, le=1_000_000)
+    ramp_up: RampUp | None = None
+    """A climbing rate instead of ``request_rate`` (which must then stay ``inf``)."""
+
+    @model_validator(mode="after")
+    def _one_rate(self) -> Arrivals:
+        if self.ramp_up is not None and not math.isinf(self.request_rate):
+            raise ValueError(
+                f"give either request_rate ({self.request_rate:g}) or ramp_up, not both: "
+                "a ramp-up sets the rate of every request")
+        return self
 
     @field_validator("request_rate", mode="before")
     @classmethod

@@ -36,7 +36,7 @@ from workers.loadgen.arrivals import arrival_offsets
 from workers.loadgen.client import RequestRecord, RequestTimings
 from workers.loadgen.datasets import sample_requests
 from workers.loadgen.diagnosis import diagnose
-from workers.loadgen.result import build_result
+from workers.loadgen.result import OURS, ResultInfo, build_result
 from workers.loadgen.runner import BenchmarkRun, EarlyAbort, SendLag
 from workers.loadgen.scoring import Score, allowed_violations, score, violated_metrics
 from workers.loadgen.scrape import HistogramDelta, ScrapeSummary
@@ -371,11 +371,12 @@ def _result_from_probe(spec: TrialSpec, probe: ProbeRun, boot_s: float, facts: E
     metrics = build_result(
         run=probe.run, score=s, workload=spec.workload, slo=spec.slo, model=spec.model,
         endpoint=spec.workload.endpoint, base_url="sim://virtual-time", diagnosis=diagnosis,
+        info=ResultInfo(detailed=per_request),
     )
-    if not per_request:
-        for key in ("input_lens", "output_lens", "ttfts", "itls", "errors"):
-            metrics.pop(key, None)
-        metrics["metrics_scrape"] = {"available": True, "virtual_time": True}
+    if not per_request:  # a search's trials keep no per-request arrays at all
+        for key in ("latencies", "queue_times"):
+            metrics.pop(key)
+        metrics[OURS]["metrics_scrape"] = {"available": True, "virtual_time": True}
     timings = PhaseTimings(boot_s=boot_s, measure_s=probe.measure_s,
                            total_s=boot_s + probe.measure_s)
     common: dict[str, Any] = dict(

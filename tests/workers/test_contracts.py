@@ -45,7 +45,7 @@ def test_workload_roundtrip_and_discriminator() -> None:
 
 def test_unknown_dataset_kind_lists_valid_ones() -> None:
     with pytest.raises(ValidationError) as info:
-        Workload.model_validate({"dataset": {"kind": "sharegpt"}})
+        Workload.model_validate({"dataset": {"kind": "sonnet"}})
     text = str(info.value)
     assert "random" in text and "prefix_repetition" in text and "trace" in text
 

@@ -4,19 +4,20 @@ This layer only answers "when does request i start" (offsets from the run's star
 engine seconds); the runner turns them into wall-clock targets (compressed by the time
 scale) and the client sends. Gamma gaps follow ``vllm bench serve``: shape =
 burstiness, scale = 1 / (rate · burstiness), so the mean rate is ``rate`` for any
-burstiness; the first request starts at 0.
+burstiness, and the schedule is rescaled to last exactly ``n / rate`` as vLLM's is. Under
+a ramp-up each gap is drawn at the rate of the request it leads to (vLLM's per-request
+rate).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import numpy as np
 
 from workers.contracts import Arrivals
 
-__all__ = ["arrival_offsets"]
+__all__ = ["arrival_offsets", "request_rates"]
 
 _ARRIVAL_STREAM = 2
 
@@ -27,10 +28,14 @@ def arrival_offsets(
     seed: int,
     trace_offsets: Sequence[float | None] | None = None,
 ) -> list[float]:
-    """Start offsets in engine seconds, one per request, the earliest at 0.
+    """Start offsets in engine seconds, one per request, in order.
 
     ``trace_offsets``, when every entry is set, win over the arrival process (kept in the
-    trace's order; requests are sent in that order).
+    trace's order, the earliest moved to 0). Otherwise ``vllm bench serve``'s schedule:
+    request ``i`` waits ``i + 1`` gaps (the first request waits one too), and at a fixed
+    rate the offsets are rescaled so the last is exactly ``n / rate`` — the mean rate is
+    the rate asked for, whatever the draw (vLLM's normalisation). A ramp-up is not
+    rescaled; ``constant`` arrivals start at 0 and are ``1 / rate`` apart.
     """
     if n <= 0:
         return []
@@ -38,13 +43,24 @@ def arrival_offsets(
         offsets = [float(o) for o in trace_offsets[:n] if o is not None]
         first = min(offsets)  # a trace's clock may not start at 0; ours does
         return [o - first for o in offsets]
-    rate = arrivals.request_rate
-    if math.isinf(rate):
+    rates = np.asarray(request_rates(n, arrivals))
+    if np.isinf(rates).all():
         return [0.0] * n
     if arrivals.process == "constant":
-        gaps = np.full(n - 1, 1.0 / rate)
-    else:
-        rng = np.random.default_rng([seed, _ARRIVAL_STREAM])
-        shape = arrivals.burstiness
-        gaps = rng.gamma(shape=shape, scale=1.0 / (rate * shape), size=n - 1)
-    return [0.0, *np.cumsum(gaps).tolist()]
+        return [float(x) for x in np.arange(n) / rates]
+    rng = np.random.default_rng([seed, _ARRIVAL_STREAM])
+    shape = arrivals.burstiness
+    delays = np.cumsum(rng.gamma(shape=shape, scale=1.0 / (rates * shape), size=n))
+    if arrivals.ramp_up is None and delays[-1] > 0:
+        delays *= (n / arrivals.request_rate) / delays[-1]
+    return [float(d) for d in delays]
+
+
+def request_rates(n: int, arrivals: Arrivals) -> list[float]:
+    """The rate (req/s) each of ``n`` requests arrives at: the ramp-up's, else the fixed one.
+
+    Request ``i``'s gap from request ``i − 1`` is drawn at rate ``i``'s.
+    """
+    if arrivals.ramp_up is None:
+        return [arrivals.request_rate] * n
+    return [arrivals.ramp_up.rate(i, n) for i in range(n)]

@@ -17,13 +17,17 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any, Literal
 
 import httpx
 
 __all__ = [
+    "TRIAL_REQUESTS",
     "Endpoint",
+    "RequestOptions",
     "RequestRecord",
     "RequestTimings",
     "build_payload",
@@ -83,6 +87,8 @@ class RequestRecord:
     error: str | None = None
     warmup: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    text: str | None = None
+    """The generated text, when :attr:`RequestOptions.keep_text` asked for it."""
 
     @property
     def success(self) -> bool:
@@ -96,27 +102,51 @@ def endpoint_path(endpoint: Endpoint) -> str:
     return "/v1/chat/completions" if endpoint == "chat" else "/v1/completions"
 
 
-def build_payload(endpoint: Endpoint, model: str, prompt: str | list[int],
-                  output_len: int) -> dict[str, Any]:
-    """The JSON body ``vllm bench serve`` would send: greedy, ``ignore_eos``, usage streamed.
+@dataclass(frozen=True, slots=True)
+class RequestOptions:
+    """What every request carries besides its prompt and length, and what to keep of it.
+
+    The default is a trial's request: greedy, generating exactly the length asked
+    (``ignore_eos``). ``slotune bench`` sets these from ``vllm bench serve``'s flags.
+    """
+
+    sampling: Mapping[str, float | int] = field(
+        default_factory=lambda: MappingProxyType({"temperature": 0.0}))
+    """Sampling parameters sent as they are (vLLM's ``--temperature``, ``--top-p``, …)."""
+    ignore_eos: bool = True
+    extra_body: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    """Merged into every body last (vLLM's ``--extra-body``), so it wins."""
+    logprobs: int | None = None
+    headers: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    request_id_prefix: str | None = None
+    """Request ``i`` carries ``x-request-id: <prefix><i>`` (vLLM's ``--request-id-prefix``)."""
+    keep_text: bool = False
+    """Keep each response's generated text (``--save-detailed``'s ``generated_texts``)."""
+
+
+TRIAL_REQUESTS = RequestOptions()
+
+
+def build_payload(endpoint: Endpoint, model: str, prompt: str | list[int], output_len: int,
+                  options: RequestOptions = TRIAL_REQUESTS) -> dict[str, Any]:
+    """The JSON body ``vllm bench serve`` sends, usage streamed, with ``options`` applied.
 
     ``prompt`` is text or token ids (completions only; a chat message is text).
     """
-    body: dict[str, Any] = {
-        "model": model,
-        "max_tokens": output_len,
-        "temperature": 0.0,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-        "ignore_eos": True,
-    }
+    body: dict[str, Any] = {"model": model}
     if endpoint == "chat":
         if not isinstance(prompt, str):
             raise TypeError("a chat request's prompt is text, not token ids")
         body["messages"] = [{"role": "user", "content": prompt}]
         body["max_completion_tokens"] = output_len
     else:
-        body["prompt"] = prompt
+        body.update(prompt=prompt, repetition_penalty=1.0, max_tokens=output_len,
+                    logprobs=options.logprobs)
+    body.update(stream=True, stream_options={"include_usage": True})
+    if options.ignore_eos:
+        body["ignore_eos"] = True
+    body.update(options.sampling)
+    body.update(options.extra_body)
     return body
 
 
@@ -132,15 +162,17 @@ async def send_request(
     ready: float,
     deadline_s: float,
     warmup: bool = False,
+    headers: Mapping[str, str] | None = None,
+    keep_text: bool = False,
 ) -> RequestRecord:
     """Send one streaming request and record it; errors become ``RequestRecord.error``."""
-    events = _StreamState()
+    events = _StreamState(keep_text)
     clock = time.perf_counter
     start = clock() - t0
     error: str | None = None
     try:
         async with asyncio.timeout(deadline_s):
-            async with client.stream("POST", url, json=payload) as response:
+            async with client.stream("POST", url, json=payload, headers=headers) as response:
                 if response.status_code != 200:
                     body = (await response.aread())[:300].decode("utf-8", "replace")
                     error = f"HTTP {response.status_code}: {body.strip()}"
@@ -174,24 +206,28 @@ async def send_request(
     return RequestRecord(
         index=index,
         prompt_len=events.prompt_tokens if events.prompt_tokens is not None else prompt_len,
-        requested_output_len=int(payload.get("max_tokens", 0)),
+        requested_output_len=int(payload.get("max_tokens")
+                                 or payload.get("max_completion_tokens") or 0),
         timings=timings,
         output_tokens=tokens if error is None else None,
         error=error,
         warmup=warmup,
         extra=extra,
+        text="".join(events.text) if keep_text else None,
     )
 
 
 class _StreamState:
     """What the SSE events of one response said, fed one line at a time with its arrival."""
 
-    __slots__ = ("chunks", "completion_tokens", "prompt_tokens")
+    __slots__ = ("chunks", "completion_tokens", "keep_text", "prompt_tokens", "text")
 
-    def __init__(self) -> None:
+    def __init__(self, keep_text: bool = False) -> None:
         self.chunks: list[float] = []
         self.completion_tokens: list[int] = []
         self.prompt_tokens: int | None = None
+        self.keep_text = keep_text
+        self.text: list[str] = []
 
     def feed(self, line: bytes, arrived: float) -> str | None:
         """Take one line; returns an error the stream reported, if this line is one."""
@@ -203,8 +239,11 @@ class _StreamState:
         chunk = json.loads(data)
         if not isinstance(chunk, dict):
             raise ValueError(f"expected a JSON object, got {type(chunk).__name__}")
-        if chunk.get("choices"):
+        choices = chunk.get("choices")
+        if choices:
             self.chunks.append(arrived)
+            if self.keep_text and isinstance(choices[0], dict):
+                self.text.append(_chunk_text(choices[0]))
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             if isinstance(usage.get("completion_tokens"), int):
@@ -214,3 +253,11 @@ class _StreamState:
         if "error" in chunk and not chunk.get("choices"):
             return f"stream error: {json.dumps(chunk['error'])[:300]}"
         return None
+
+
+def _chunk_text(choice: dict[str, Any]) -> str:
+    """The text a completions (``text``) or chat (``delta.content``) choice carries."""
+    text = choice.get("text")
+    if text is None and isinstance(choice.get("delta"), dict):
+        text = choice["delta"].get("content")
+    return text if isinstance(text, str) else ""

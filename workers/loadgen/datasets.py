@@ -11,31 +11,43 @@ simulated engine, whose tokens are words, reads the same way.
 Shared parts of a dataset (a common prefix, the prefix pool) come from the seed alone;
 per-request parts come from ``(seed, stream)``, so warm-up requests (stream 1) never
 shift the measured ones (stream 0).
+
+File datasets in vLLM's formats (``sharegpt``, ``custom``) are real text: their lengths
+in tokens, and a custom prompt's chat template, come from a :class:`TextTokenizer` —
+the server's own when benchmarking one (:mod:`workers.loadgen.tokens`), words when the
+engine is simulated. They are shuffled and topped up with Python's ``random`` seeded as
+vLLM seeds it, so both tools draw the same prompts in the same order; their warm-up is
+the first measured request repeated, as ``vllm bench serve --num-warmups`` does.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from workers.contracts import (
+    CustomDataset,
     DatasetConfig,
     PrefixRepetitionDataset,
     RandomDataset,
+    ShareGPTDataset,
     ShareGPTLikeDataset,
     TraceDataset,
 )
 
 __all__ = [
     "VOCABULARY",
+    "WORD_TOKENIZER",
     "DatasetError",
     "RequestSpec",
+    "TextTokenizer",
     "dataset_kinds",
     "sample_requests",
     "words",
@@ -55,6 +67,9 @@ class RequestSpec:
 
     ``word_ids`` is set for a synthetic prompt (its ``prompt`` text is those words), and
     empty for a trace's own text, which is sent as it is and counted by the server.
+    ``token_ids`` is a prompt already in the server's tokens (a custom prompt through
+    its chat template), sent as they are to a completions endpoint; a chat endpoint gets
+    ``prompt``, the text before the template (the server applies its own).
     """
 
     prompt: str
@@ -62,6 +77,33 @@ class RequestSpec:
     output_len: int
     arrival_offset_s: float | None = None
     word_ids: tuple[int, ...] = ()
+    token_ids: tuple[int, ...] = ()
+
+
+class TextTokenizer(Protocol):
+    """Counts a text's tokens and renders a chat prompt, as the served model would."""
+
+    def count(self, text: str) -> int:
+        """Tokens in ``text``, special tokens included (vLLM's ``tokenizer(text)``)."""
+        ...
+
+    def chat_prompt(self, text: str, template_kwargs: dict[str, Any] | None) -> list[int]:
+        """``text`` as one user turn through the chat template (generation prompt on)."""
+        ...
+
+
+class _WordTokenizer:
+    """The simulated engine's tokenizer: one token per word, no chat template."""
+
+    def count(self, text: str) -> int:
+        return len(text.split())
+
+    def chat_prompt(self, text: str, template_kwargs: dict[str, Any] | None) -> list[int]:
+        raise DatasetError("no chat template to apply without a server's tokenizer; "
+                           "set skip_chat_template (--skip-chat-template)")
+
+
+WORD_TOKENIZER: TextTokenizer = _WordTokenizer()
 
 
 def _build_vocabulary() -> tuple[str, ...]:
@@ -93,7 +135,7 @@ def _rngs(seed: int, stream: int) -> tuple[np.random.Generator, np.random.Genera
 
 
 def _random(
-    cfg: RandomDataset, n: int, seed: int, stream: int, _: Path | None
+    cfg: RandomDataset, n: int, seed: int, stream: int, _: _Files
 ) -> list[RequestSpec]:
     shared, rng = _rngs(seed, stream)
     prefix = _ids(shared, cfg.prefix_len)
@@ -119,7 +161,7 @@ def _lognormal(
 
 
 def _sharegpt_like(
-    cfg: ShareGPTLikeDataset, n: int, seed: int, stream: int, _: Path | None
+    cfg: ShareGPTLikeDataset, n: int, seed: int, stream: int, _: _Files
 ) -> list[RequestSpec]:
     _shared, rng = _rngs(seed, stream)
     ins = _lognormal(rng, cfg.input_median, cfg.input_sigma, cfg.input_min, cfg.input_max, n)
@@ -130,7 +172,7 @@ def _sharegpt_like(
 
 
 def _prefix_repetition(
-    cfg: PrefixRepetitionDataset, n: int, seed: int, stream: int, _: Path | None
+    cfg: PrefixRepetitionDataset, n: int, seed: int, stream: int, _: _Files
 ) -> list[RequestSpec]:
     shared, rng = _rngs(seed, stream)
     prefixes = [_ids(shared, cfg.prefix_len) for _ in range(cfg.num_prefixes)]
@@ -143,15 +185,10 @@ def _prefix_repetition(
 
 
 def _trace(
-    cfg: TraceDataset, n: int, seed: int, stream: int, base: Path | None
+    cfg: TraceDataset, n: int, seed: int, stream: int, files: _Files
 ) -> list[RequestSpec]:
-    path = Path(cfg.path)
-    if not path.is_absolute() and base is not None:
-        path = base / path
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise DatasetError(f"trace file {path}: cannot be read ({exc.strerror})") from exc
+    path = files.resolve(cfg.path)
+    lines = files.read(path, "trace").splitlines()
     _shared, rng = _rngs(seed, stream)
     entries: list[RequestSpec] = []
     for lineno, line in enumerate(lines, start=1):
@@ -198,12 +235,129 @@ def _trace_entry(line: str, where: str, rng: np.random.Generator, arrivals: bool
     return RequestSpec(prompt, prompt_len, output_len, arrival)
 
 
-_Sampler = Callable[[Any, int, int, int, Path | None], list[RequestSpec]]
+@dataclass(frozen=True, slots=True)
+class _Files:
+    """Where a file dataset's relative path resolves, and who counts its tokens."""
+
+    base: Path | None
+    tokenizer: TextTokenizer
+
+    def resolve(self, name: str) -> Path:
+        path = Path(name)
+        return self.base / path if not path.is_absolute() and self.base is not None else path
+
+    def read(self, path: Path, what: str) -> str:
+        try:
+            return path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise DatasetError(f"{what} file {path}: cannot be read ({exc.strerror})") from exc
+        except UnicodeDecodeError as exc:
+            raise DatasetError(f"{what} file {path}: not UTF-8 text ({exc.reason} at byte "
+                               f"{exc.start})") from exc
+
+
+# vLLM's pruning of ShareGPT conversations (``is_valid_sequence``).
+_MIN_LEN, _MAX_PROMPT_LEN, _MAX_TOTAL_LEN = 4, 1024, 2048
+
+
+def _sharegpt(
+    cfg: ShareGPTDataset, n: int, seed: int, stream: int, files: _Files
+) -> list[RequestSpec]:
+    path = files.resolve(cfg.path)
+    try:
+        data = json.loads(files.read(path, "ShareGPT"))
+    except json.JSONDecodeError as exc:
+        raise DatasetError(f"ShareGPT file {path}: not valid JSON ({exc.msg} at line "
+                           f"{exc.lineno})") from exc
+    if not isinstance(data, list):
+        raise DatasetError(f"ShareGPT file {path}: expected a JSON list of conversations, "
+                           f"got {type(data).__name__}")
+    entries = [e for e in data if isinstance(e, dict) and isinstance(e.get("conversations"), list)
+               and len(e["conversations"]) >= 2]
+    if cfg.shuffle:
+        random.Random(seed).shuffle(entries)
+    out: list[RequestSpec] = []
+    for number, entry in enumerate(entries):
+        if len(out) >= n:
+            break
+        turns = entry["conversations"]
+        prompt, reply = (t.get("value") if isinstance(t, dict) else None for t in turns[:2])
+        if not isinstance(prompt, str) or not isinstance(reply, str):
+            raise DatasetError(f"ShareGPT file {path}: conversation {number} (after "
+                               "shuffling): each turn needs a text 'value'")
+        prompt_len = files.tokenizer.count(prompt)
+        output_len = cfg.output_len or files.tokenizer.count(reply)
+        if (prompt_len < _MIN_LEN or (cfg.output_len is None and output_len < _MIN_LEN)
+                or prompt_len > _MAX_PROMPT_LEN or prompt_len + output_len > _MAX_TOTAL_LEN):
+            continue
+        out.append(RequestSpec(prompt, prompt_len, output_len))
+    if not out:
+        raise DatasetError(f"ShareGPT file {path}: no conversation with two turns and "
+                           f"lengths vLLM keeps (prompt {_MIN_LEN}–{_MAX_PROMPT_LEN} tokens, "
+                           f"prompt + output ≤ {_MAX_TOTAL_LEN})")
+    return _file_requests(out, n, seed, stream, cfg.oversample)
+
+
+def _custom(
+    cfg: CustomDataset, n: int, seed: int, stream: int, files: _Files
+) -> list[RequestSpec]:
+    path = files.resolve(cfg.path)
+    if path.suffix != ".jsonl":
+        raise DatasetError(f"custom file {path}: must be JSONL (a .jsonl file), as vLLM's "
+                           "custom dataset reads")
+    rows: list[dict[str, Any]] = []
+    for lineno, line in enumerate(files.read(path, "custom").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DatasetError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from exc
+        if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
+            raise DatasetError(f"{path}:{lineno}: each line needs a text 'prompt'")
+        if cfg.output_len == -1:
+            tokens = row.get("output_tokens")
+            if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1:
+                raise DatasetError(
+                    f"{path}:{lineno}: with output_len -1 (--custom-output-len -1) each line "
+                    f"needs an integer 'output_tokens' >= 1, got {tokens!r}")
+        rows.append(row)
+    if not rows:
+        raise DatasetError(f"custom file {path}: holds no prompts")
+    if cfg.shuffle:
+        random.Random(seed).shuffle(rows)
+    out: list[RequestSpec] = []
+    for row in rows[:n]:
+        text = row["prompt"]
+        output_len = int(row["output_tokens"]) if cfg.output_len == -1 else cfg.output_len
+        if cfg.skip_chat_template:
+            out.append(RequestSpec(text, files.tokenizer.count(text), output_len))
+            continue
+        ids = tuple(files.tokenizer.chat_prompt(text, cfg.chat_template_kwargs))
+        out.append(RequestSpec(text, len(ids), output_len, token_ids=ids))
+    return _file_requests(out, n, seed, stream, cfg.oversample)
+
+
+def _file_requests(
+    sampled: list[RequestSpec], n: int, seed: int, stream: int, oversample: bool
+) -> list[RequestSpec]:
+    """vLLM's top-up (draws with replacement, reseeded) and warm-up (request 0 repeated)."""
+    if oversample and len(sampled) < n:
+        rng = random.Random(seed)
+        sampled = sampled + [rng.choice(sampled) for _ in range(n - len(sampled))]
+    if stream == WARMUP_STREAM:
+        return [replace(sampled[0], arrival_offset_s=None)] * n
+    return sampled
+
+
+_Sampler = Callable[[Any, int, int, int, _Files], list[RequestSpec]]
 _REGISTRY: dict[str, _Sampler] = {
     "random": _random,
     "sharegpt-like": _sharegpt_like,
     "prefix_repetition": _prefix_repetition,
     "trace": _trace,
+    "sharegpt": _sharegpt,
+    "custom": _custom,
 }
 
 
@@ -219,15 +373,18 @@ def sample_requests(
     *,
     warmup: bool = False,
     base_dir: Path | None = None,
+    tokenizer: TextTokenizer = WORD_TOKENIZER,
 ) -> list[RequestSpec]:
     """``n`` requests of ``config`` for ``seed``: deterministic, in order.
 
     ``warmup=True`` draws from a separate stream of the same seed (shared prefixes
-    stay shared). ``base_dir`` resolves a relative trace path.
+    stay shared). ``base_dir`` resolves a relative file path; ``tokenizer`` counts and
+    templates the text of the file datasets in vLLM's formats.
     """
     if n <= 0:
         return []
     sampler = _REGISTRY.get(config.kind)
     if sampler is None:
         raise DatasetError(f"unknown dataset kind {config.kind!r}; valid: {', '.join(_REGISTRY)}")
-    return sampler(config, n, seed, WARMUP_STREAM if warmup else MEASURED_STREAM, base_dir)
+    stream = WARMUP_STREAM if warmup else MEASURED_STREAM
+    return sampler(config, n, seed, stream, _Files(base_dir, tokenizer))

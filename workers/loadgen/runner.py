@@ -21,19 +21,21 @@ from typing import Any
 import httpx
 import numpy as np
 
-from workers.contracts import SLO, Workload
+from workers.contracts import SLO, CustomDataset, ShareGPTDataset, Workload
 from workers.loadgen.arrivals import arrival_offsets
 from workers.loadgen.client import (
+    TRIAL_REQUESTS,
     Endpoint,
+    RequestOptions,
     RequestRecord,
     build_payload,
     endpoint_path,
     send_request,
 )
-from workers.loadgen.datasets import RequestSpec, sample_requests
+from workers.loadgen.datasets import WORD_TOKENIZER, RequestSpec, TextTokenizer, sample_requests
 from workers.loadgen.scoring import allowed_violations, violated_metrics
 from workers.loadgen.scrape import MetricsScraper, ScrapeSummary
-from workers.loadgen.tokens import TokenPool, fetch_token_pool
+from workers.loadgen.tokens import ServerTokenizer, TokenPool, fetch_token_pool
 
 __all__ = [
     "LAG_FLOOR_MS",
@@ -41,6 +43,7 @@ __all__ = [
     "EarlyAbort",
     "SendLag",
     "ServerUnreachable",
+    "first_model",
     "run_benchmark",
     "run_benchmark_sync",
 ]
@@ -91,7 +94,10 @@ class SendLag:
 
 @dataclass(slots=True)
 class BenchmarkRun:
-    """What one run recorded (engine time): measured and warm-up records, lag, metrics."""
+    """What one run recorded (engine time): measured and warm-up records, lag, metrics.
+
+    ``started_at`` is the wall-clock time the measured run began (its time 0).
+    """
 
     started_at: datetime
     duration_s: float
@@ -139,21 +145,62 @@ class _AbortMonitor:
         return False
 
 
-async def _preflight(client: httpx.AsyncClient, base_url: str) -> None:
+def _unreachable(base_url: str, exc: httpx.HTTPError) -> ServerUnreachable:
+    return ServerUnreachable(f"cannot reach the server at {base_url}: {type(exc).__name__}"
+                             + (f" ({exc})" if str(exc) else ""))
+
+
+async def _preflight(client: httpx.AsyncClient, base_url: str, ready_timeout_s: float) -> None:
+    """Fail fast when nothing answers; with a ready timeout, wait up to it for an answer."""
+    deadline = time.monotonic() + ready_timeout_s
+    while True:
+        try:
+            await client.get("/v1/models", timeout=10.0)
+            return
+        except httpx.HTTPError as exc:
+            if time.monotonic() >= deadline:
+                raise _unreachable(base_url, exc) from exc
+        await asyncio.sleep(1.0)
+
+
+def first_model(base_url: str, headers: dict[str, str] | None = None, *,
+                verify: bool = True, wait_s: float = 0.0) -> str:
+    """The first model the server lists at ``/v1/models`` (vLLM's default ``--model``),
+    waiting up to ``wait_s`` for a server that does not answer yet."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            response = httpx.get(f"{base_url.rstrip('/')}/v1/models", headers=headers,
+                                 timeout=10.0, verify=verify)
+            break
+        except httpx.HTTPError as exc:
+            if time.monotonic() >= deadline:
+                raise _unreachable(base_url, exc) from exc
+        time.sleep(1.0)
     try:
-        await client.get("/v1/models", timeout=10.0)
-    except httpx.HTTPError as exc:
-        raise ServerUnreachable(
-            f"cannot reach the server at {base_url}: {type(exc).__name__}"
-            + (f" ({exc})" if str(exc) else "")
-        ) from exc
+        models = response.json().get("data") if response.status_code == 200 else None
+    except ValueError:
+        models = None
+    if not models or not isinstance(models, list) or not isinstance(models[0], dict) \
+            or not isinstance(models[0].get("id"), str):
+        raise ServerUnreachable(f"the server at {base_url} lists no model at /v1/models "
+                                f"(HTTP {response.status_code}); pass --model")
+    return str(models[0]["id"])
 
 
-def _prompt(spec: RequestSpec, pool: TokenPool | None) -> str | list[int]:
-    """Token ids of the server's tokenizer for a synthetic prompt, else its text."""
+def _prompt(spec: RequestSpec, pool: TokenPool | None, endpoint: Endpoint) -> str | list[int]:
+    """What to send as the prompt: the server's token ids where we have them, else text."""
+    if endpoint == "completions" and spec.token_ids:
+        return list(spec.token_ids)
     if pool is not None and spec.word_ids:
         return pool.token_ids(spec.word_ids)
     return spec.prompt
+
+
+def _headers(options: RequestOptions, index: int) -> dict[str, str] | None:
+    if options.request_id_prefix is None:
+        return None
+    return {"x-request-id": f"{options.request_id_prefix}{index}"}
 
 
 async def _warmup(
@@ -162,9 +209,11 @@ async def _warmup(
     *,
     model: str,
     endpoint: Endpoint,
+    path: str,
     concurrency: int,
     deadline_s: float,
     pool: TokenPool | None,
+    options: RequestOptions,
 ) -> list[RequestRecord]:
     gate = asyncio.Semaphore(concurrency)
     t0 = time.perf_counter()
@@ -173,8 +222,9 @@ async def _warmup(
         async with gate:
             now = time.perf_counter() - t0
             return await send_request(
-                client, endpoint_path(endpoint),
-                build_payload(endpoint, model, _prompt(spec, pool), spec.output_len),
+                client, path,
+                build_payload(endpoint, model, _prompt(spec, pool, endpoint), spec.output_len,
+                              options),
                 index=i, prompt_len=spec.prompt_len, t0=t0, target=now, ready=now,
                 deadline_s=deadline_s, warmup=True,
             )
@@ -189,44 +239,52 @@ async def run_benchmark(
     slo: SLO | None = None,
     *,
     endpoint: Endpoint | None = None,
+    path: str | None = None,
     time_scale: float = 1.0,
     early_abort: bool = False,
     scrape_metrics: bool = True,
     scrape_interval_s: float = 0.5,
     base_dir: Path | None = None,
     progress: ProgressFn | None = None,
+    options: RequestOptions = TRIAL_REQUESTS,
+    ready_timeout_s: float = 0.0,
+    verify_tls: bool = True,
 ) -> BenchmarkRun:
     """Warm up, then send ``workload.num_prompts`` requests on schedule and record them.
 
-    Raises :class:`ServerUnreachable` when the server does not answer at all; every
-    other failure is a record with its error.
+    ``options`` shape every request (a trial's, by default); ``ready_timeout_s`` waits
+    that long for a server that does not answer yet (vLLM's ``--ready-check-timeout-sec``)
+    and for its first request to succeed. Raises :class:`ServerUnreachable` when the
+    server does not answer at all; every other failure is a record with its error.
     """
     if time_scale <= 0 or not math.isfinite(time_scale):
         raise ValueError(f"time_scale must be a positive number, got {time_scale}")
     k = time_scale
     endpoint = endpoint or workload.endpoint
-    n = workload.num_prompts
-    specs = sample_requests(workload.dataset, n, workload.seed, base_dir=base_dir)
-    n = len(specs)  # a trace may hold fewer
-    warm_specs = sample_requests(
-        workload.dataset, workload.warmup_requests, workload.seed, warmup=True, base_dir=base_dir
-    )
-    offsets = arrival_offsets(
-        n, workload.arrivals, workload.seed, [s.arrival_offset_s for s in specs]
-    )
+    path = path or endpoint_path(endpoint)
     deadline_wall = workload.request_timeout_s / k
     concurrency = workload.arrivals.max_concurrency
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
     timeout = httpx.Timeout(None, connect=10.0)
-    started_at = datetime.now()
-    async with httpx.AsyncClient(base_url=base_url, limits=limits, timeout=timeout) as client:
-        await _preflight(client, base_url)
+    async with httpx.AsyncClient(base_url=base_url, limits=limits, timeout=timeout,
+                                 headers=dict(options.headers), verify=verify_tls) as client:
+        await _preflight(client, base_url, ready_timeout_s)
+        specs, warm_specs = await _sample(workload, base_dir, base_url, model, options,
+                                          verify_tls)
+        n = len(specs)  # a trace may hold fewer
+        offsets = arrival_offsets(
+            n, workload.arrivals, workload.seed, [s.arrival_offset_s for s in specs]
+        )
         # Chat messages are text (the template adds its own tokens): lengths come from usage.
         pool = await fetch_token_pool(client, model) if endpoint == "completions" else None
+        if ready_timeout_s > 0:
+            await _until_ready(client, specs[0], model=model, endpoint=endpoint, path=path,
+                               pool=pool,
+                               options=options, timeout_s=ready_timeout_s, base_url=base_url)
         warm = await _warmup(
-            client, warm_specs, model=model, endpoint=endpoint,
+            client, warm_specs, model=model, endpoint=endpoint, path=path,
             concurrency=concurrency or max(1, len(warm_specs)), deadline_s=deadline_wall,
-            pool=pool,
+            pool=pool, options=options,
         )
         t0 = time.perf_counter()
         # the interval is engine time; keep at least 0.1 s of wall time between scrapes
@@ -235,11 +293,13 @@ async def run_benchmark(
         if scrape_metrics:
             await scraper.start()
             t0 = time.perf_counter()  # the baseline scrape is not part of the run
+        started_at = datetime.now()
         try:
             records, abort, end = await _measure(
-                client, specs, offsets, model=model, endpoint=endpoint, t0=t0, k=k,
+                client, specs, offsets, model=model, endpoint=endpoint, path=path, t0=t0, k=k,
                 concurrency=concurrency, deadline_s=deadline_wall, pool=pool,
                 monitor=_AbortMonitor(slo if early_abort else None, n), progress=progress,
+                options=options,
             )
         except BaseException:
             # Cancelled (the trial's engine died) or failed: the scraper must not outlive
@@ -285,6 +345,53 @@ async def run_benchmark(
     )
 
 
+async def _sample(
+    workload: Workload, base_dir: Path | None, base_url: str, model: str,
+    options: RequestOptions, verify_tls: bool,
+) -> tuple[list[RequestSpec], list[RequestSpec]]:
+    """The measured and warm-up requests; text datasets counted by the server's tokenizer
+    (blocking calls, so in a worker thread)."""
+    tokenizer: TextTokenizer = WORD_TOKENIZER
+    server: ServerTokenizer | None = None
+    if isinstance(workload.dataset, ShareGPTDataset | CustomDataset):
+        tokenizer = server = ServerTokenizer(base_url, model, options.headers, verify=verify_tls)
+
+    def draw() -> tuple[list[RequestSpec], list[RequestSpec]]:
+        try:
+            specs = sample_requests(workload.dataset, workload.num_prompts, workload.seed,
+                                    base_dir=base_dir, tokenizer=tokenizer)
+            warm = sample_requests(workload.dataset, workload.warmup_requests, workload.seed,
+                                   warmup=True, base_dir=base_dir, tokenizer=tokenizer)
+            return specs, warm
+        finally:
+            if server is not None:
+                server.close()
+
+    return await asyncio.to_thread(draw)
+
+
+async def _until_ready(
+    client: httpx.AsyncClient, spec: RequestSpec, *, model: str, endpoint: Endpoint, path: str,
+    pool: TokenPool | None, options: RequestOptions, timeout_s: float, base_url: str,
+) -> None:
+    """Send the first request until it succeeds, for at most ``timeout_s`` (vLLM's ready check)."""
+    deadline = time.monotonic() + timeout_s
+    payload = build_payload(endpoint, model, _prompt(spec, pool, endpoint), spec.output_len,
+                            options)
+    while True:
+        t0 = time.perf_counter()
+        record = await send_request(
+            client, path, payload, index=0, prompt_len=spec.prompt_len,
+            t0=t0, target=0.0, ready=0.0, deadline_s=max(1.0, deadline - time.monotonic()),
+            warmup=True)
+        if record.success:
+            return
+        if time.monotonic() >= deadline:
+            raise ServerUnreachable(f"the server at {base_url} was not ready within "
+                                    f"{timeout_s:g} s: its first request failed: {record.error}")
+        await asyncio.sleep(1.0)
+
+
 async def _measure(
     client: httpx.AsyncClient,
     specs: list[RequestSpec],
@@ -292,6 +399,7 @@ async def _measure(
     *,
     model: str,
     endpoint: Endpoint,
+    path: str,
     t0: float,
     k: float,
     concurrency: int | None,
@@ -299,12 +407,12 @@ async def _measure(
     monitor: _AbortMonitor,
     progress: ProgressFn | None,
     pool: TokenPool | None,
+    options: RequestOptions,
 ) -> tuple[list[RequestRecord], EarlyAbort | None, float]:
     slots = asyncio.Semaphore(concurrency) if concurrency else None
     done: list[RequestRecord] = []
     stop = asyncio.Event()
     tasks: set[asyncio.Task[RequestRecord]] = set()
-    path = endpoint_path(endpoint)
     clock = time.perf_counter
 
     def finished(task: asyncio.Task[RequestRecord]) -> None:
@@ -338,11 +446,13 @@ async def _measure(
         if stop.is_set():
             break
         ready = max(target, clock() - t0)
-        payload = build_payload(endpoint, model, _prompt(spec, pool), spec.output_len)
+        payload = build_payload(endpoint, model, _prompt(spec, pool, endpoint),
+                                spec.output_len, options)
         task = asyncio.create_task(
             send_request(
                 client, path, payload, index=i, prompt_len=spec.prompt_len, t0=t0,
                 target=target, ready=ready, deadline_s=deadline_s,
+                headers=_headers(options, i), keep_text=options.keep_text,
             )
         )
         tasks.add(task)

@@ -7,7 +7,9 @@ then a usage chunk (``choices: []``) and ``[DONE]``. ``0`` for both makes a zero
 server (the load generator's overhead benchmark). It answers HTTP 500 for the model
 ``broken``, and serves a small vLLM-style ``/metrics`` unless ``--no-metrics``;
 ``--metrics-padding N`` adds N lines of other families, as a real vLLM page has
-(histograms the load generator does not read).
+(histograms the load generator does not read). ``GET /stub/requests`` returns the last
+1,000 generation requests it received (body, ``x-request-id``, whether an
+``Authorization`` header came), so tests can check what a client sent.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import argparse
 import asyncio
 import json
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -32,6 +35,7 @@ _LABELS = 'model_name="stub",engine="0"'
 def build_app(ttft_s: float, itl_s: float, *, metrics: bool = True,
               metrics_padding: int = 0) -> Starlette:
     state = {"running": 0, "generation": 0, "prompt": 0, "requests": 0}
+    received: deque[dict[str, Any]] = deque(maxlen=1000)
     # Built once: rendering it per scrape would stall this server's own streams.
     padding = "".join(["# TYPE vllm:request_params_n histogram\n"] + [
         f'vllm:request_params_n_bucket{{{_LABELS},le="{i}"}} {i}\n'
@@ -72,6 +76,9 @@ def build_app(ttft_s: float, itl_s: float, *, metrics: bool = True,
     def endpoint(chat: bool) -> Any:
         async def handle(request: Request) -> Response:
             body = await request.json()
+            received.append({"path": request.url.path, "body": body,
+                             "request_id": request.headers.get("x-request-id"),
+                             "authorized": "authorization" in request.headers})
             if body.get("model") == "broken":
                 return JSONResponse({"error": {"message": "model is broken"}}, status_code=500)
             return StreamingResponse(stream(body, chat), media_type="text/event-stream")
@@ -80,6 +87,9 @@ def build_app(ttft_s: float, itl_s: float, *, metrics: bool = True,
 
     async def models(_: Request) -> Response:
         return JSONResponse({"object": "list", "data": [{"id": "stub", "object": "model"}]})
+
+    async def requests_seen(_: Request) -> Response:
+        return JSONResponse(list(received))
 
     async def health(_: Request) -> Response:
         return PlainTextResponse("")
@@ -108,6 +118,7 @@ def build_app(ttft_s: float, itl_s: float, *, metrics: bool = True,
         Route("/v1/chat/completions", endpoint(True), methods=["POST"]),
         Route("/v1/models", models),
         Route("/health", health),
+        Route("/stub/requests", requests_seen),
         Route("/metrics", metrics_page),
     ])
 

@@ -11,18 +11,23 @@ server, identical leading word ids stay identical token prefixes (prefix caching
 same sharing), and every id is one the tokenizer produces from ordinary text (no special
 or unused ids). A server without ``/tokenize`` gets the text, and input lengths come from
 what it reports (``usage.prompt_tokens``).
+
+Text datasets (ShareGPT, custom JSONL) are counted, and templated, by the same server:
+:class:`ServerTokenizer` asks ``/tokenize`` for a text's tokens (special tokens included,
+as vLLM's client counts them) and for a chat turn through the served model's template.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
-from workers.loadgen.datasets import VOCABULARY
+from workers.loadgen.datasets import VOCABULARY, DatasetError
 
-__all__ = ["TokenPool", "fetch_token_pool"]
+__all__ = ["ServerTokenizer", "TokenPool", "fetch_token_pool"]
 
 MAX_POOL = 4096
 """Distinct ids kept: far more than random prompts need to never share a block by chance."""
@@ -101,3 +106,49 @@ async def _tokenize(client: httpx.AsyncClient, model: str, text: str) -> list[in
 def _pool(seen: dict[int, None]) -> TokenPool | None:
     ids = tuple(seen)[:MAX_POOL]
     return TokenPool(ids) if ids else None
+
+
+class ServerTokenizer:
+    """A :class:`~workers.loadgen.datasets.TextTokenizer` that asks the server (``/tokenize``).
+
+    Blocking: the runner samples a text dataset in a worker thread before measuring.
+    """
+
+    def __init__(self, base_url: str, model: str, headers: Mapping[str, str] | None = None,
+                 *, verify: bool = True) -> None:
+        self._client = httpx.Client(base_url=base_url, headers=dict(headers or {}),
+                                    timeout=30.0, verify=verify)
+        self._model = model
+
+    def close(self) -> None:
+        self._client.close()
+
+    def _tokens(self, body: dict[str, Any], what: str) -> list[int]:
+        try:
+            response = self._client.post("/tokenize", json={"model": self._model, **body})
+        except httpx.HTTPError as exc:
+            raise DatasetError(f"cannot count {what}: the server's /tokenize did not answer "
+                               f"({type(exc).__name__})") from exc
+        if response.status_code in (404, 405, 501):
+            raise DatasetError(f"cannot count {what}: the server has no /tokenize (vLLM's "
+                               "route); this dataset needs the server's tokenizer")
+        if response.status_code != 200:
+            detail = response.text[:300].strip()
+            raise DatasetError(f"cannot count {what}: /tokenize answered HTTP "
+                               f"{response.status_code}: {detail}")
+        tokens = response.json().get("tokens") if response.headers.get(
+            "content-type", "").startswith("application/json") else None
+        if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+            raise DatasetError(f"cannot count {what}: /tokenize returned no token list")
+        return [int(t) for t in tokens]
+
+    def count(self, text: str) -> int:
+        return len(self._tokens({"prompt": text}, "a prompt's tokens"))
+
+    def chat_prompt(self, text: str, template_kwargs: dict[str, Any] | None) -> list[int]:
+        body: dict[str, Any] = {"messages": [{"role": "user", "content": text}],
+                                "add_generation_prompt": True}
+        if template_kwargs:
+            body["chat_template_kwargs"] = template_kwargs
+        return self._tokens(body, "a prompt through the chat template (pass "
+                                  "--skip-chat-template if the model has none)")

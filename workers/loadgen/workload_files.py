@@ -4,7 +4,8 @@ A workload file is the :class:`~workers.contracts.Workload` model as YAML. Error
 the file and the field (``rag.yaml: dataset.prefix_len: Input should be …``). Files are
 read with :func:`workers.safe_yaml.load_yaml_file` (1 MiB cap, no aliases, no tags).
 
-**Trace paths.** A ``trace`` dataset's ``path`` is data someone else may have written,
+**Trace paths.** A file dataset's ``path`` (``trace``, ``sharegpt``, ``custom``) is data
+someone else may have written,
 so where it may point is fixed: it must resolve — symlinks followed — inside the
 workload file's own directory, or inside ``$SLOTUNE_HOME`` when that is set. A relative
 path resolves against the workload file's directory (for a workload given inline, with
@@ -24,7 +25,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from workers.contracts import TraceDataset, Workload
+from workers.contracts import FILE_DATASETS, Workload
 from workers.safe_yaml import YamlInputError, load_yaml, load_yaml_file
 
 __all__ = [
@@ -103,7 +104,7 @@ def parse_workload(data: Any, where: str, base: Path | None = None) -> Workload:
         workload = Workload.model_validate(data)
     except ValidationError as exc:
         raise WorkloadError(_format_errors(exc, where)) from None
-    if isinstance(workload.dataset, TraceDataset):
+    if isinstance(workload.dataset, FILE_DATASETS):
         resolved = check_trace_path(workload.dataset.path, base, where)
         dataset = workload.dataset.model_copy(update={"path": str(resolved)})
         workload = workload.model_copy(update={"dataset": dataset})

@@ -24,7 +24,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from workers.sim import tokenizer
 from workers.sim.config import (
@@ -69,17 +69,28 @@ class CompletionRequest(_GenerationParams):
     max_tokens: int | None = Field(default=16, ge=1)
 
 
-class TokenizeRequest(BaseModel):
-    model: str | None = None
-    prompt: str
-    add_special_tokens: bool = True
-
-
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     role: Literal["system", "user", "assistant", "tool", "developer"]
     content: str | list[dict[str, Any]] | None = None
+
+
+class TokenizeRequest(BaseModel):
+    """vLLM's two forms: a completions ``prompt``, or chat ``messages`` (templated)."""
+
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = None
+    add_special_tokens: bool = True
+    add_generation_prompt: bool = True
+    chat_template_kwargs: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _one_form(self) -> TokenizeRequest:
+        if (self.prompt is None) == (self.messages is None):
+            raise ValueError("give either 'prompt' or 'messages'")
+        return self
 
 
 class ChatCompletionRequest(_GenerationParams):
@@ -192,7 +203,8 @@ class SimServer:
             err = self._check_model(body.model)
             if err is not None:
                 return err
-            ids = tokenizer.encode(body.prompt, self.config.model.vocab_size)
+            text = body.prompt if body.messages is None else _chat_prompt(body.messages)
+            ids = tokenizer.encode(text or "", self.config.model.vocab_size)
             return JSONResponse({"count": len(ids), "max_model_len": self.config.max_model_len,
                                  "tokens": ids, "token_strs": None})
 

@@ -64,8 +64,9 @@ class RecordingExecutor(TrialExecutor):
                 self.overload.discard(result.trial_id)
                 result = result.model_copy(update={
                     "objective": 0.0, "gate_passed": False,
-                    "metrics": {**result.metrics, "client_bound": True,
-                                "send_lag_ms": {"p99": 180.0}}})
+                    "metrics": {**result.metrics, "slotune": {
+                        **result.metrics["slotune"], "client_bound": True,
+                        "send_lag_ms": {"p99": 180.0}}}})
             if result.trial_id in self.lose:
                 self.lose.discard(result.trial_id)
                 result = TrialResult(trial_id=result.trial_id, status="failed",

@@ -7,11 +7,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 
 from workers.contracts import (
     Arrivals,
+    CustomDataset,
     PrefixRepetitionDataset,
+    RampUp,
     RandomDataset,
+    ShareGPTDataset,
     ShareGPTLikeDataset,
     TraceDataset,
 )
@@ -97,6 +101,26 @@ def test_gamma_arrivals_rate_and_burstiness() -> None:
         5, Arrivals(request_rate=20), 1)
 
 
+def test_a_fixed_rate_schedule_lasts_exactly_n_over_rate_whatever_the_draw() -> None:
+    for seed in range(5):
+        offsets = arrival_offsets(8, Arrivals(request_rate=4), seed)
+        assert offsets[-1] == pytest.approx(2.0)  # 8 requests at 4 req/s: vLLM's rescaling
+        assert offsets == sorted(offsets) and offsets[0] > 0  # the first waits a gap too
+    assert arrival_offsets(8, Arrivals(request_rate=4), 0) != arrival_offsets(
+        8, Arrivals(request_rate=4), 1)
+
+
+def test_ramp_up_rates_climb_and_gaps_shrink() -> None:
+    ramp = RampUp(strategy="linear", start_rps=2, end_rps=50)
+    assert (ramp.rate(0, 11), ramp.rate(10, 11)) == (2, 50)
+    exp = RampUp(strategy="exponential", start_rps=2, end_rps=32)
+    assert exp.rate(5, 11) == pytest.approx(8.0)  # geometric midpoint of 2 and 32
+    gaps = np.diff(arrival_offsets(2000, Arrivals(ramp_up=ramp), 0))
+    assert gaps[:200].mean() > 5 * gaps[-200:].mean()
+    with pytest.raises(ValidationError, match="give either request_rate"):
+        Arrivals(request_rate=5, ramp_up=ramp)
+
+
 def test_constant_and_infinite_arrivals() -> None:
     assert arrival_offsets(4, Arrivals(process="constant", request_rate=4), 0) == pytest.approx(
         [0.0, 0.25, 0.5, 0.75])
@@ -125,3 +149,70 @@ def test_bad_workload_file_names_file_and_field(tmp_path: Path) -> None:
     broken.write_text("name: [unclosed\n")
     with pytest.raises(WorkloadError, match=r"broken\.yaml: not valid YAML"):
         load_workload(str(broken))
+
+
+def _sharegpt_file(tmp_path: Path, prompts: list[str], reply: str = "one two three four five"
+                   ) -> Path:
+    convs = [{"conversations": [{"from": "human", "value": p}, {"from": "gpt", "value": reply}]}
+             for p in prompts]
+    convs.append({"conversations": [{"from": "human", "value": "a lone turn is dropped"}]})
+    path = tmp_path / "sharegpt.json"
+    path.write_text(json.dumps(convs))
+    return path
+
+
+def test_sharegpt_prunes_like_vllm_shuffles_by_seed_and_tops_up(tmp_path: Path) -> None:
+    prompts = [f"prompt number {i} has words" for i in range(30)] + ["too short"]
+    path = _sharegpt_file(tmp_path, prompts)
+    reqs = sample_requests(ShareGPTDataset(path=str(path)), 30, 0)
+    texts = [r.prompt for r in reqs]
+    assert "too short" not in texts and len(set(texts)) == 30  # < 4 tokens: pruned
+    assert texts != prompts[:30]  # shuffled
+    assert all((r.prompt_len, r.output_len) == (5, 5) for r in reqs)  # reply's length
+    again = [r.prompt for r in sample_requests(ShareGPTDataset(path=str(path)), 30, 0)]
+    other = [r.prompt for r in sample_requests(ShareGPTDataset(path=str(path)), 30, 1)]
+    assert again == texts and other != texts
+    in_order = sample_requests(ShareGPTDataset(path=str(path), shuffle=False, output_len=2), 3, 0)
+    assert [r.prompt for r in in_order] == prompts[:3] and in_order[0].output_len == 2
+    topped = sample_requests(ShareGPTDataset(path=str(path)), 50, 0)
+    assert len(topped) == 50 and {r.prompt for r in topped} <= set(prompts)
+    exact = sample_requests(ShareGPTDataset(path=str(path), oversample=False), 50, 0)
+    assert len(exact) == 30
+    warm = sample_requests(ShareGPTDataset(path=str(path)), 3, 0, warmup=True)
+    assert [r.prompt for r in warm] == [texts[0]] * 3  # vLLM warms up on request 0
+
+
+def test_sharegpt_and_custom_file_errors_say_what_is_wrong(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"conversations": []}')
+    with pytest.raises(DatasetError, match="expected a JSON list of conversations"):
+        sample_requests(ShareGPTDataset(path=str(bad)), 2, 0)
+    short = _sharegpt_file(tmp_path, ["hi"])
+    with pytest.raises(DatasetError, match="no conversation with two turns"):
+        sample_requests(ShareGPTDataset(path=str(short)), 2, 0)
+    custom = tmp_path / "c.jsonl"
+    custom.write_text('{"prompt": "a b c", "output_tokens": 3}\n{"text": "no prompt"}\n')
+    with pytest.raises(DatasetError, match=r"c\.jsonl:2: each line needs a text 'prompt'"):
+        sample_requests(CustomDataset(path=str(custom), skip_chat_template=True), 2, 0)
+    custom.write_text('{"prompt": "a b c"}\n')
+    with pytest.raises(DatasetError, match="needs an integer 'output_tokens'"):
+        sample_requests(CustomDataset(path=str(custom), output_len=-1, skip_chat_template=True),
+                        1, 0)
+    with pytest.raises(DatasetError, match="no chat template"):
+        sample_requests(CustomDataset(path=str(custom)), 1, 0)  # words have no template
+    notjsonl = tmp_path / "c.json"
+    notjsonl.write_text("{}")
+    with pytest.raises(DatasetError, match="must be JSONL"):
+        sample_requests(CustomDataset(path=str(notjsonl)), 1, 0)
+
+
+def test_custom_takes_each_lines_output_tokens_or_the_flag(tmp_path: Path) -> None:
+    custom = tmp_path / "c.jsonl"
+    custom.write_text("".join(json.dumps({"prompt": f"w {i} x y", "output_tokens": i + 1}) + "\n"
+                              for i in range(6)))
+    own = sample_requests(CustomDataset(path=str(custom), output_len=-1, skip_chat_template=True,
+                                        shuffle=False), 6, 0)
+    assert [r.output_len for r in own] == [1, 2, 3, 4, 5, 6]
+    assert all(r.prompt_len == 4 for r in own)
+    fixed = sample_requests(CustomDataset(path=str(custom), skip_chat_template=True), 6, 0)
+    assert {r.output_len for r in fixed} == {256}  # vLLM's default --custom-output-len

