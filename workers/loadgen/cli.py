@@ -575,7 +575,7 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     workload, base_dir = _workload(args)
     slo = _slo(args)
     metrics = _list_arg(args.percentile_metrics, "--percentile-metrics", PERCENTILE_METRICS)
-    pcts = sorted(set(_percentiles(args.metric_percentiles)))
+    pcts = list(dict.fromkeys(_percentiles(args.metric_percentiles)))  # vLLM prints in order
     metadata = _metadata(args)
     base_url = (args.base_url or f"http://{args.host}:{args.port}").rstrip("/")
     if not base_url.startswith(("http://", "https://")):

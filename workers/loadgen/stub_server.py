@@ -8,7 +8,7 @@ server (the load generator's overhead benchmark). It answers HTTP 500 for the mo
 ``broken``, and serves a small vLLM-style ``/metrics`` unless ``--no-metrics``;
 ``--metrics-padding N`` adds N lines of other families, as a real vLLM page has
 (histograms the load generator does not read). ``GET /stub/requests`` returns the last
-1,000 generation requests it received (body, ``x-request-id``, whether an
+1,000 generation requests it received (body, ``x-request-id``, ``x-team``, whether an
 ``Authorization`` header came), so tests can check what a client sent.
 """
 
@@ -78,7 +78,8 @@ def build_app(ttft_s: float, itl_s: float, *, metrics: bool = True,
             body = await request.json()
             received.append({"path": request.url.path, "body": body,
                              "request_id": request.headers.get("x-request-id"),
-                             "authorized": "authorization" in request.headers})
+                             "authorized": "authorization" in request.headers,
+                             "team": request.headers.get("x-team")})
             if body.get("model") == "broken":
                 return JSONResponse({"error": {"message": "model is broken"}}, status_code=500)
             return StreamingResponse(stream(body, chat), media_type="text/event-stream")

@@ -121,7 +121,7 @@ def test_request_bodies_are_vllms(stub_url: str, tmp_path: Path,
                    "--prefix-repetition-prefix-len", "4", "--prefix-repetition-suffix-len", "4",
                    "--output-len", "3", "--num-prompts", "3", "--temperature", "0",
                    "--top-k", "5", "--extra-body", '{"min_tokens": 2}', "--served-model-name",
-                   "served", "--request-id-prefix", prefix])
+                   "served", "--request-id-prefix", prefix, "--header", "X-Team=serving"])
     assert code == 0
     sent = _sent(stub_url, prefix)
     assert sorted(r["request_id"] for r in sent) == [f"{prefix}{i}" for i in range(3)]
@@ -130,7 +130,7 @@ def test_request_bodies_are_vllms(stub_url: str, tmp_path: Path,
     assert body["temperature"] == 0 and body["top_k"] == 5 and body["min_tokens"] == 2
     assert body["repetition_penalty"] == 1.0 and body["stream_options"] == {"include_usage": True}
     assert "ignore_eos" not in body  # vLLM forces it for random only
-    assert sent[0]["authorized"] is True
+    assert sent[0]["authorized"] is True and sent[0]["team"] == "serving"
 
     prefix = f"c-{uuid.uuid4().hex[:6]}-"
     code = _bench(["--base-url", stub_url, "--model", "m", "--backend", "openai-chat",
@@ -262,6 +262,14 @@ def test_server_unreachable(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 1 and "cannot reach the server" in err and "Traceback" not in err
     code = _bench(["--base-url", f"http://127.0.0.1:{free_port()}"])  # no --model to ask for
     assert code == 1 and "cannot reach the server" in capsys.readouterr().err
+
+
+def test_ready_check_waits_for_a_first_success_then_gives_up(
+        stub_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code = _bench(["--base-url", stub_url, "--model", "broken", "--num-prompts", "2",
+                   "--ready-check-timeout-sec", "2"])
+    err = capsys.readouterr().err
+    assert code == 1 and "was not ready within 2 s" in err and "HTTP 500" in err
 
 
 def test_every_request_failed_exits_1(stub_url: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,6 +7,7 @@ must read KV-bound; a configuration past the knee with KV to spare (max_num_seqs
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ import pytest
 from loadgen_procs import free_port, stop, wait_healthy
 
 from workers.contracts import SLO, Workload
+from workers.loadgen.cli import main as bench_main
 from workers.loadgen.diagnosis import diagnose
 from workers.loadgen.runner import run_benchmark_sync
 from workers.loadgen.scoring import score
@@ -75,3 +77,25 @@ def test_past_the_knee_reads_queue_bound(tmp_path: Path) -> None:
     assert (d.evidence["waiting_mean"] or 0) >= 2
     assert (d.evidence["kv_usage_max"] or 1) < 0.9
     assert any("replicas" in k for k in d.knobs)
+
+
+def test_custom_prompts_go_through_the_servers_chat_template(tmp_path: Path) -> None:
+    """``--dataset-name custom`` without ``--skip-chat-template``: the server's /tokenize
+    renders each prompt as a chat turn and the token ids are what is sent and counted."""
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(f'{{"prompt": "question {i} about the engine"}}\n'
+                               for i in range(6)))
+    base = ["--model", MODEL, "--dataset-name", "custom", "--dataset-path", str(prompts),
+            "--custom-output-len", "4", "--num-prompts", "6", "--time-scale", str(K),
+            "--temperature", "0", "--save-result", "--save-detailed", "--disable-tqdm"]
+    with sim(tmp_path) as url:
+        for name, extra in (("templated", []), ("raw", ["--skip-chat-template"])):
+            assert bench_main(["--base-url", url, *base, *extra, "--result-dir",
+                               str(tmp_path / name)]) == 0
+    (templated,), (raw,) = ((json.loads(p.read_text()) for p in (tmp_path / n).iterdir())
+                            for n in ("templated", "raw"))
+    assert raw["input_lens"] == [5] * 6  # five words, five tokens to the simulator
+    # the template adds its role markers around the turn and the assistant cue
+    assert all(t > 5 for t in templated["input_lens"])
+    assert templated["total_input_tokens"] == sum(templated["input_lens"])
+    assert templated["completed"] == raw["completed"] == 6
