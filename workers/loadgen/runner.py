@@ -18,6 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx
 import numpy as np
 
@@ -204,12 +205,12 @@ def _headers(options: RequestOptions, index: int) -> dict[str, str] | None:
 
 
 async def _warmup(
-    client: httpx.AsyncClient,
+    session: aiohttp.ClientSession,
     specs: list[RequestSpec],
     *,
     model: str,
     endpoint: Endpoint,
-    path: str,
+    url: str,
     concurrency: int,
     deadline_s: float,
     pool: TokenPool | None,
@@ -222,7 +223,7 @@ async def _warmup(
         async with gate:
             now = time.perf_counter() - t0
             return await send_request(
-                client, path,
+                session, url,
                 build_payload(endpoint, model, _prompt(spec, pool, endpoint), spec.output_len,
                               options),
                 index=i, prompt_len=spec.prompt_len, t0=t0, target=now, ready=now,
@@ -264,10 +265,14 @@ async def run_benchmark(
     path = path or endpoint_path(endpoint)
     deadline_wall = workload.request_timeout_s / k
     concurrency = workload.arrivals.max_concurrency
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-    timeout = httpx.Timeout(None, connect=10.0)
-    async with httpx.AsyncClient(base_url=base_url, limits=limits, timeout=timeout,
-                                 headers=dict(options.headers), verify=verify_tls) as client:
+    url = base_url.rstrip("/") + path
+    # httpx for the few control calls and the scraper; aiohttp streams the load (client.py)
+    async with httpx.AsyncClient(base_url=base_url, timeout=httpx.Timeout(30.0, connect=10.0),
+                                 headers=dict(options.headers), verify=verify_tls) as client, \
+            aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0, ssl=verify_tls),
+                headers=dict(options.headers),
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=10.0)) as session:
         await _preflight(client, base_url, ready_timeout_s)
         specs, warm_specs = await _sample(workload, base_dir, base_url, model, options,
                                           verify_tls)
@@ -278,11 +283,11 @@ async def run_benchmark(
         # Chat messages are text (the template adds its own tokens): lengths come from usage.
         pool = await fetch_token_pool(client, model) if endpoint == "completions" else None
         if ready_timeout_s > 0:
-            await _until_ready(client, specs[0], model=model, endpoint=endpoint, path=path,
+            await _until_ready(session, specs[0], model=model, endpoint=endpoint, url=url,
                                pool=pool,
                                options=options, timeout_s=ready_timeout_s, base_url=base_url)
         warm = await _warmup(
-            client, warm_specs, model=model, endpoint=endpoint, path=path,
+            session, warm_specs, model=model, endpoint=endpoint, url=url,
             concurrency=concurrency or max(1, len(warm_specs)), deadline_s=deadline_wall,
             pool=pool, options=options,
         )
@@ -296,7 +301,7 @@ async def run_benchmark(
         started_at = datetime.now()
         try:
             records, abort, end = await _measure(
-                client, specs, offsets, model=model, endpoint=endpoint, path=path, t0=t0, k=k,
+                session, specs, offsets, model=model, endpoint=endpoint, url=url, t0=t0, k=k,
                 concurrency=concurrency, deadline_s=deadline_wall, pool=pool,
                 monitor=_AbortMonitor(slo if early_abort else None, n), progress=progress,
                 options=options,
@@ -371,8 +376,8 @@ async def _sample(
 
 
 async def _until_ready(
-    client: httpx.AsyncClient, spec: RequestSpec, *, model: str, endpoint: Endpoint, path: str,
-    pool: TokenPool | None, options: RequestOptions, timeout_s: float, base_url: str,
+    session: aiohttp.ClientSession, spec: RequestSpec, *, model: str, endpoint: Endpoint,
+    url: str, pool: TokenPool | None, options: RequestOptions, timeout_s: float, base_url: str,
 ) -> None:
     """Send the first request until it succeeds, for at most ``timeout_s`` (vLLM's ready check)."""
     deadline = time.monotonic() + timeout_s
@@ -381,7 +386,7 @@ async def _until_ready(
     while True:
         t0 = time.perf_counter()
         record = await send_request(
-            client, path, payload, index=0, prompt_len=spec.prompt_len,
+            session, url, payload, index=0, prompt_len=spec.prompt_len,
             t0=t0, target=0.0, ready=0.0, deadline_s=max(1.0, deadline - time.monotonic()),
             warmup=True)
         if record.success:
@@ -393,13 +398,13 @@ async def _until_ready(
 
 
 async def _measure(
-    client: httpx.AsyncClient,
+    session: aiohttp.ClientSession,
     specs: list[RequestSpec],
     offsets: list[float],
     *,
     model: str,
     endpoint: Endpoint,
-    path: str,
+    url: str,
     t0: float,
     k: float,
     concurrency: int | None,
@@ -450,7 +455,7 @@ async def _measure(
                                 spec.output_len, options)
         task = asyncio.create_task(
             send_request(
-                client, path, payload, index=i, prompt_len=spec.prompt_len, t0=t0,
+                session, url, payload, index=i, prompt_len=spec.prompt_len, t0=t0,
                 target=target, ready=ready, deadline_s=deadline_s,
                 headers=_headers(options, i), keep_text=options.keep_text,
             )

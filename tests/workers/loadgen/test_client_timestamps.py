@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-import httpx
+import aiohttp
 import pytest
 
 from workers.loadgen.client import build_payload, send_request
@@ -68,10 +68,10 @@ def server_url() -> Iterator[str]:
 
 def _send(url: str) -> tuple[list[float], int, int | None]:
     async def go() -> tuple[list[float], int, int | None]:
-        async with httpx.AsyncClient(base_url=url) as client:
+        async with aiohttp.ClientSession() as session:
             t0 = time.perf_counter()
             record = await send_request(
-                client, "/v1/completions", build_payload("completions", "m", [1, 2, 3], 8),
+                session, url + "/v1/completions", build_payload("completions", "m", [1, 2, 3], 8),
                 index=0, prompt_len=3, t0=t0, target=0.0, ready=0.0, deadline_s=10)
         assert record.error is None, record.error
         return list(record.timings.chunks), record.prompt_len, record.output_tokens
