@@ -3,7 +3,9 @@
 It boots exactly the configuration asked for (the space's defaults, with ``--set``
 overrides), so the engine's own validation has the last word: a combination vLLM
 refuses comes back ``invalid_config`` with vLLM's sentence, in about a second. A rule
-of the space that the configuration breaks is shown as a note.
+of the space that the configuration breaks is shown as a note. ``--executor virtual``
+runs the same spec on the simulated engine in virtual time instead — the same pipeline
+(:mod:`workers.pipeline`), so the same statuses, failures and result fields.
 
 Exit codes: 0 the trial ran and its status is ok; 3 it ran and failed (the result says
 why); 2 a mistake in the command (one line on stderr).
@@ -14,7 +16,7 @@ from __future__ import annotations
 import json
 import sys
 import uuid
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 import yaml
@@ -26,9 +28,12 @@ from tuner.spaces import SearchSpace, SpaceError, load_space
 from workers.contracts import SLO, KnobValue, ObjectiveMode, SimOptions, TrialResult, TrialSpec
 from workers.engines import flag_args
 from workers.loadgen import WorkloadError, load_workload
+from workers.sim_trial import run_virtual_trial
 from workers.trial import run_trial
 
 __all__ = ["trial_app"]
+
+TrialExecutorKind = Literal["live", "virtual"]
 
 trial_app = typer.Typer(help="One trial: boot, measure against the SLO, tear down.",
                         no_args_is_help=True)
@@ -123,6 +128,10 @@ def run(
     time_scale: Annotated[float | None, typer.Option(help="Simulated engine: run this many "
                                                      "times faster than real time.")] = None,
     trial_id: Annotated[str | None, typer.Option(help="Name the trial.")] = None,
+    executor: Annotated[TrialExecutorKind, typer.Option(
+        help="live: boot the space's engine and measure it; virtual: the simulated engine "
+             "in virtual time (milliseconds, no server), through the same pipeline.")
+    ] = "live",
     as_json: Annotated[bool, typer.Option("--json", help="Print the TrialResult as "
                                           "JSON.")] = False,
 ) -> None:
@@ -141,8 +150,14 @@ def run(
                   f"[bold]{broken}[/]; booting it anyway so the engine can say why")
     if not as_json:
         err.print(f"trial {spec.trial_id}: {vllm_command(spec)}")
-    with err.status("booting, warming up, measuring…", spinner="dots"):
-        result = run_trial(spec)
+        if executor == "virtual":
+            err.print(f"virtual: the simulated engine on a modelled {spec.sim.gpu}, in "
+                      "virtual time (timings are what the trial would take on that GPU)")
+    if executor == "virtual":
+        result = run_virtual_trial(spec)
+    else:
+        with err.status("booting, warming up, measuring…", spinner="dots"):
+            result = run_trial(spec)
     if as_json:
         print(result.model_dump_json(indent=2))
     else:

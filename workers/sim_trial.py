@@ -14,8 +14,8 @@ use it; its timings are *engine* seconds, i.e. what the trial would cost on a GP
 
 from __future__ import annotations
 
+import asyncio
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -23,24 +23,22 @@ from typing import Any
 
 from workers.contracts import (
     SLO,
-    CapacityProbe,
     EngineFacts,
     FailureClass,
     KnobValue,
-    PhaseTimings,
     TrialResult,
     TrialSpec,
     Workload,
 )
+from workers.engines import EngineFailure
+from workers.engines.sim import SIM_ARGS
 from workers.loadgen.arrivals import arrival_offsets
 from workers.loadgen.client import RequestRecord, RequestTimings
 from workers.loadgen.datasets import sample_requests
-from workers.loadgen.diagnosis import diagnose
-from workers.loadgen.result import OURS, ResultInfo, build_result
-from workers.loadgen.runner import BenchmarkRun, EarlyAbort, SendLag
-from workers.loadgen.scoring import Score, allowed_violations, score, violated_metrics
+from workers.loadgen.runner import AbortMonitor, BenchmarkRun, EarlyAbort, SendLag
+from workers.loadgen.scoring import Score, score
 from workers.loadgen.scrape import HistogramDelta, ScrapeSummary
-from workers.loadgen.symptoms import with_symptoms
+from workers.pipeline import Measured, run_pipeline
 from workers.sim import tokenizer
 from workers.sim.catalog import UnknownCatalogEntry
 from workers.sim.config import (
@@ -60,6 +58,7 @@ __all__ = [
     "PROCESS_START_S",
     "SCRAPE_INTERVAL_S",
     "ProbeRun",
+    "VirtualBackend",
     "engine_config",
     "run_virtual_trial",
 ]
@@ -69,23 +68,6 @@ PROCESS_START_S = 5.0
 SCRAPE_INTERVAL_S = 0.5
 """The live runner's default ``/metrics`` interval, engine time: gauges are sampled so."""
 
-_ARGS: dict[str, str] = {
-    # vLLM argument name → build_config keyword (the simulator takes vLLM's flags)
-    "max_num_seqs": "max_num_seqs",
-    "max_num_batched_tokens": "max_num_batched_tokens",
-    "gpu_memory_utilization": "gpu_memory_utilization",
-    "max_model_len": "max_model_len",
-    "enable_prefix_caching": "enable_prefix_caching",
-    "enable_chunked_prefill": "enable_chunked_prefill",
-    "kv_cache_dtype": "kv_cache_dtype",
-    "quantization": "quantization",
-    "speculative_config": "speculative_config",
-    "tensor_parallel_size": "tensor_parallel_size",
-    "block_size": "block_size",
-    "enforce_eager": "enforce_eager",
-    "load_format": "load_format",
-    "served_model_name": "served_model_name",
-}
 
 
 class _Refused(Exception):
@@ -98,14 +80,14 @@ def engine_config(spec: TrialSpec, *, seed: int | None = None) -> EngineConfig:
     """The simulated engine's config for ``spec``; raises ``EngineConfigError`` as vLLM would."""
     kwargs: dict[str, Any] = {}
     for name, value in spec.engine_flags.items():
-        if name in spec.allowed_extra_args and name not in _ARGS:
+        if name in spec.allowed_extra_args and name not in SIM_ARGS:
             continue  # declared acceptable by the space; the simulator has no use for it
-        if name not in _ARGS:
+        if name not in SIM_ARGS:
             raise EngineConfigError(
                 f"unrecognized arguments: --{name.replace('_', '-')} (valid: "
-                f"{', '.join(sorted(_ARGS))}, or list it in allowed_extra_args)"
+                f"{', '.join(sorted(SIM_ARGS))}, or list it in allowed_extra_args)"
             )
-        kwargs[_ARGS[name]] = _flag_value(name, value)
+        kwargs[name] = _flag_value(name, value)  # build_config takes vLLM's argument names
     try:
         return build_config(
             spec.model, sim_gpu=spec.sim.gpu, sim_seed=spec.sim.seed if seed is None else seed,
@@ -203,21 +185,11 @@ def _completion_time(record: RequestRecord) -> float:
 
 def _early_abort(records: Sequence[RequestRecord], slo: SLO, n: int,
                  ) -> tuple[EarlyAbort | None, float | None]:
-    """Replay the live runner's monitor over completions in time order (post hoc)."""
-    allowed = allowed_violations(n, slo.percentile)
-    counts: dict[str, int] = {}
-    for seen, record in enumerate(sorted(records, key=_completion_time), start=1):
-        for metric in violated_metrics(record, slo):
-            counts[metric] = counts.get(metric, 0) + 1
-            if counts[metric] > allowed:
-                target = slo.targets[metric]
-                reason = (
-                    f"{counts[metric]} requests broke {metric} ≤ {target:g} ms (failed ones "
-                    f"count); p{slo.percentile:g} allows at most {allowed}: the gate can no "
-                    "longer hold"
-                )
-                abort = EarlyAbort(reason, metric, counts[metric], allowed, seen)
-                return abort, _completion_time(record)
+    """The live runner's monitor, fed the completions in time order (after the fact)."""
+    monitor = AbortMonitor(slo, n)
+    for record in sorted(records, key=_completion_time):
+        if monitor.observe(record):
+            return monitor.tripped, _completion_time(record)
     return None, None
 
 
@@ -328,138 +300,61 @@ def _boot(spec: TrialSpec) -> tuple[EngineConfig, MemoryPlan, float]:
 
 
 def run_virtual_trial(spec: TrialSpec, *, per_request: bool = True) -> TrialResult:
-    """Run ``spec`` on the simulated engine in virtual time and score it.
+    """Run ``spec`` on the simulated engine in virtual time, through the trial pipeline.
 
     ``per_request=False`` drops the per-request arrays (``ttfts``, ``itls``, …) from
-    ``metrics`` — benchmarks that keep thousands of results need the memory.
+    ``metrics`` — benchmarks that keep thousands of results need the memory. A space
+    whose engine is vLLM is simulated with its ``sim`` options (the simulator takes
+    vLLM's flags and knows the catalog's models).
     """
     if spec.engine != "sim":
-        raise ValueError(f"run_virtual_trial runs engine 'sim' only, got {spec.engine!r}")
-    try:
-        config, plan, boot_s = _boot(spec)
-    except _Refused as refused:
-        return TrialResult(
-            trial_id=spec.trial_id, status="failed", failure=refused.failure,
-            failure_message=refused.message, log_tail=refused.message, objective=0.0,
-            constraints={"fits": 1.0},
-            timings=PhaseTimings(boot_s=refused.boot_s, total_s=refused.boot_s),
+        spec = spec.model_copy(update={"engine": "sim"})
+    return asyncio.run(run_pipeline(spec, VirtualBackend(spec), detailed=per_request))
+
+
+class VirtualBackend:
+    """The pipeline's virtual backend: the simulated engine, measured in virtual time.
+
+    Its seconds are engine seconds — what the trial would cost on the GPU it models.
+    """
+
+    base_url = "sim://virtual-time"
+
+    def __init__(self, spec: TrialSpec) -> None:
+        self.spec = spec
+        self.facts = EngineFacts()
+        self.boot_s: float | None = None
+        self._config: EngineConfig | None = None
+
+    async def boot(self) -> None:
+        spec = self.spec
+        try:
+            config, plan, self.boot_s = _boot(spec)
+        except _Refused as refused:
+            self.boot_s = refused.boot_s
+            raise EngineFailure(refused.failure, refused.message,
+                                log_tail=refused.message) from refused
+        self._config = config
+        self.facts = EngineFacts(
+            engine_version="slotune-sim", model_revision=spec.model_revision,
+            gpu_name=config.gpu.device_name,
+            gpu_memory_bytes=config.gpu.memory_bytes, kv_cache_tokens=plan.kv_tokens,
+            max_concurrency=plan.kv_tokens / config.max_model_len,
+            startup_phases_s={"weights_loading": load_seconds(config, plan),
+                              **({} if config.enforce_eager
+                                 else {"graph_capturing": graph_capture_seconds(config)})},
+            resolved_config=config.resolved(),
         )
-    facts = EngineFacts(
-        engine_version="slotune-sim", model_revision=spec.model_revision,
-        gpu_name=config.gpu.device_name,
-        gpu_memory_bytes=config.gpu.memory_bytes, kv_cache_tokens=plan.kv_tokens,
-        max_concurrency=plan.kv_tokens / config.max_model_len,
-        startup_phases_s={"weights_loading": load_seconds(config, plan),
-                          **({} if config.enforce_eager
-                             else {"graph_capturing": graph_capture_seconds(config)})},
-        resolved_config=config.resolved(),
-    )
-    if spec.mode == "capacity":
-        return _capacity_trial(spec, config, boot_s, facts, per_request)
-    probe = measure(spec, config, spec.workload)
-    return _result_from_probe(spec, probe, boot_s, facts, per_request)
 
+    async def before_probe(self) -> None:
+        """Every simulation starts with an empty prefix cache."""
 
-def _result_from_probe(spec: TrialSpec, probe: ProbeRun, boot_s: float, facts: EngineFacts,
-                       per_request: bool) -> TrialResult:
-    s = probe.score
-    crashed = probe.sim.crashed
-    diagnosis = with_symptoms(
-        diagnose(probe.run.scrape, s, spec.slo), probe.run, s, slo=spec.slo,
-        workload=spec.workload, engine_flags=spec.engine_flags, boot_s=boot_s,
-        total_s=boot_s + probe.measure_s)
-    metrics = build_result(
-        run=probe.run, score=s, workload=spec.workload, slo=spec.slo, model=spec.model,
-        endpoint=spec.workload.endpoint, base_url="sim://virtual-time", diagnosis=diagnosis,
-        info=ResultInfo(detailed=per_request),
-    )
-    if not per_request:  # a search's trials keep no per-request arrays at all
-        for key in ("latencies", "queue_times"):
-            metrics.pop(key)
-        metrics[OURS]["metrics_scrape"] = {"available": True, "virtual_time": True}
-    timings = PhaseTimings(boot_s=boot_s, measure_s=probe.measure_s,
-                           total_s=boot_s + probe.measure_s)
-    common: dict[str, Any] = dict(
-        trial_id=spec.trial_id, request_goodput=s.request_goodput, metrics=metrics,
-        diagnosis=None if diagnosis is None else diagnosis.to_dict(), engine=facts,
-        timings=timings,
-        early_abort=None if probe.run.early_abort is None else probe.run.early_abort.reason,
-    )
-    if crashed is not None:
-        return TrialResult(status="failed", failure="oom", failure_message=crashed,
-                           log_tail=crashed, objective=0.0, constraints={"fits": 1.0}, **common)
-    error_rate = s.failed / s.num_requests if s.num_requests else 0.0
-    if error_rate > spec.max_error_rate and probe.run.early_abort is None:
-        message = f"{s.failed} of {s.num_requests} requests failed: " + next(
-            (r.error or "" for r in probe.run.records if r.error), "")
-        return TrialResult(status="failed", failure="benchmark_errors", failure_message=message,
-                           objective=0.0, constraints=s.constraints, **common)
-    return TrialResult(
-        status="ok", objective=s.objective, gate_passed=s.gate, constraints=s.constraints,
-        slo_margins={c.metric: c.margin_ms if c.margin_ms is not None else -math.inf
-                     for c in s.checks},
-        headroom=s.worst_ratio, **common,
-    )
+    def log_tail(self) -> str | None:
+        return None
 
-
-def _capacity_trial(spec: TrialSpec, config: EngineConfig, boot_s: float, facts: EngineFacts,
-                    per_request: bool) -> TrialResult:
-    """Bracket, then bisect on the rate: the highest rate at which the gate holds."""
-    search = spec.capacity
-    n = search.prompts_per_probe or spec.workload.num_prompts
-    probes: list[CapacityProbe] = []
-    runs: dict[float, ProbeRun] = {}
-    charged = 0.0
-
-    def probe(rate: float) -> bool:
-        nonlocal charged
-        arrivals = spec.workload.arrivals.model_copy(update={"request_rate": rate})
-        workload = spec.workload.model_copy(update={"arrivals": arrivals, "num_prompts": n})
-        run = measure(spec, config, workload)
-        runs[rate] = run
-        charged += run.measure_s
-        ok = run.score.gate and run.sim.crashed is None
-        probes.append(CapacityProbe(
-            request_rate=rate, gate_passed=ok, request_goodput=run.score.request_goodput,
-            ratios={c.metric: c.constraint + 1.0 for c in run.score.checks}))
-        return ok
-
-    start = spec.workload.arrivals.request_rate
-    rate = min(max(start if math.isfinite(start) else search.min_rate, search.min_rate),
-               search.max_rate)
-    good: float | None = None
-    bad: float | None = None
-    if probe(rate):
-        good = rate
-        while good < search.max_rate and len(probes) < search.max_probes:
-            nxt = min(good * 2.0, search.max_rate)
-            if probe(nxt):
-                good = nxt
-            else:
-                bad = nxt
-                break
-    else:
-        bad = rate
-        while bad > search.min_rate and len(probes) < search.max_probes:
-            nxt = max(bad / 2.0, search.min_rate)
-            if probe(nxt):
-                good = nxt
-                break
-            bad = nxt
-    while (good is not None and bad is not None and len(probes) < search.max_probes
-           and (bad - good) / good > search.relative_tolerance):
-        mid = math.sqrt(good * bad)  # geometric: the bracket spans factors of two
-        if probe(mid):
-            good = mid
-        else:
-            bad = mid
-    if good is None:  # not even the lowest rate holds: the lowest probe says why
-        result = _result_from_probe(spec, runs[min(runs)], boot_s, facts, per_request)
-    else:
-        result = _result_from_probe(spec, runs[good], boot_s, facts, per_request)
-    timings = PhaseTimings(boot_s=boot_s, measure_s=charged, total_s=boot_s + charged)
-    update: dict[str, Any] = {"capacity": good or 0.0, "capacity_probes": tuple(probes),
-                              "timings": timings, "early_abort": None}
-    if result.status == "ok":
-        update.update(objective=good or 0.0, gate_passed=good is not None)
-    return result.model_copy(update=update)
+    async def measure(self, workload: Workload) -> Measured:
+        assert self._config is not None, "boot() first"
+        probe = measure(self.spec, self._config, workload)
+        if probe.sim.crashed is not None:  # the live engine process dies of it
+            raise EngineFailure("oom", probe.sim.crashed, log_tail=probe.sim.crashed)
+        return Measured(probe.run, probe.score, 0.0, probe.measure_s)

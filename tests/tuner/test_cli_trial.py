@@ -83,3 +83,19 @@ def test_a_knob_the_space_does_not_have_is_a_usage_error() -> None:
     assert proc.returncode == 2 and result is None
     assert "not a knob or fixed argument" in proc.stderr and "max_num_seqs" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_executor_virtual_runs_the_same_spec_in_virtual_time() -> None:
+    proc, virtual, elapsed = trial_run("--executor", "virtual", "--num-prompts", "60")
+    assert proc.returncode == 0, proc.stderr
+    assert elapsed < 60  # no server, no waiting for real time
+    assert virtual is not None and virtual["status"] == "ok" and virtual["gate_passed"]
+    assert virtual["engine"]["engine_version"] == "slotune-sim"
+    assert virtual["metrics"]["slotune"]["base_url"] == "sim://virtual-time"
+    assert set(virtual["constraints"]) == {"fits", "ttft", "tpot"}
+    assert engine_pids() == []  # nothing was started
+    proc, refused, _ = trial_run("--executor", "virtual", "--set", "max_num_seqs=512",
+                                 "--set", "max_num_batched_tokens=256")
+    assert proc.returncode == 3
+    assert refused is not None and refused["failure"] == "invalid_config"
+    assert "greater than or equal to max_num_seqs (512)" in refused["failure_message"]

@@ -40,6 +40,7 @@ from workers.loadgen.tokens import ServerTokenizer, TokenPool, fetch_token_pool
 
 __all__ = [
     "LAG_FLOOR_MS",
+    "AbortMonitor",
     "BenchmarkRun",
     "EarlyAbort",
     "SendLag",
@@ -113,7 +114,7 @@ class BenchmarkRun:
     """How prompts were sent: ``token ids`` of the server's tokenizer, or ``text``."""
 
 
-class _AbortMonitor:
+class AbortMonitor:
     """Counts SLO breakers per metric; trips once the gate's percentile can no longer hold."""
 
     def __init__(self, slo: SLO | None, n: int) -> None:
@@ -303,7 +304,7 @@ async def run_benchmark(
             records, abort, end = await _measure(
                 session, specs, offsets, model=model, endpoint=endpoint, url=url, t0=t0, k=k,
                 concurrency=concurrency, deadline_s=deadline_wall, pool=pool,
-                monitor=_AbortMonitor(slo if early_abort else None, n), progress=progress,
+                monitor=AbortMonitor(slo if early_abort else None, n), progress=progress,
                 options=options,
             )
         except BaseException:
@@ -409,7 +410,7 @@ async def _measure(
     k: float,
     concurrency: int | None,
     deadline_s: float,
-    monitor: _AbortMonitor,
+    monitor: AbortMonitor,
     progress: ProgressFn | None,
     pool: TokenPool | None,
     options: RequestOptions,

@@ -1,0 +1,140 @@
+"""One trial pipeline, two backends: the same spec live and in virtual time gives the same answer.
+
+Each case runs twice: live (``run_trial``: the simulated engine as a real server process,
+measured by the load generator over HTTP) and virtual (``run_virtual_trial``: the same
+engine model in virtual time). They must agree in status, failure class, result fields,
+metric fields, constraint keys and margin keys; the feasible one's objectives within
+15%. Also the capacity search alone, as the pure generator both backends drive.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from typing import Any
+
+import pytest
+
+from tests.procscan import engine_pids
+from workers.contracts import SLO, CapacitySearch, SimOptions, TrialResult, TrialSpec
+from workers.loadgen import load_workload
+from workers.pipeline import capacity_search
+from workers.sim_trial import run_virtual_trial
+from workers.trial import run_trial
+
+QWEN7B = "Qwen/Qwen2.5-7B-Instruct"
+
+
+def _spec(rate: float = 3.0, prompts: int = 60, knobs: dict[str, Any] | None = None,
+          **overrides: Any) -> TrialSpec:
+    workload, _ = load_workload("lab")
+    data = workload.model_dump()
+    data["arrivals"]["request_rate"] = rate
+    data["num_prompts"] = prompts
+    data["warmup_requests"] = 2
+    data.update(overrides.pop("workload", {}))
+    spec: dict[str, Any] = {
+        "trial_id": f"parity-{uuid.uuid4().hex[:8]}", "engine": "sim", "model": QWEN7B,
+        "knobs": {"quantization": "fp8", **(knobs or {})},
+        "engine_args": {"max_model_len": 4096}, "workload": data,
+        "slo": SLO.parse("ttft:300,tpot:50"), "sim": SimOptions(gpu="rtx4090", time_scale=3),
+    }
+    spec.update(overrides)
+    return TrialSpec.model_validate(spec)
+
+
+CASES: dict[str, TrialSpec] = {
+    "feasible": _spec(),
+    "rule_broken": _spec(knobs={"max_num_seqs": 512, "max_num_batched_tokens": 256}),
+    "startup_oom": _spec(knobs={"gpu_memory_utilization": 0.3}),
+    "early_abort": _spec(rate=6.0, prompts=80, slo=SLO.parse("ttft:40,tpot:50"),
+                         early_abort=True),
+    "capacity_none_passes": _spec(slo=SLO.parse("ttft:1,tpot:50"), mode="capacity",
+                                  capacity=CapacitySearch(min_rate=1.0, max_rate=8.0,
+                                                          max_probes=3, prompts_per_probe=20)),
+    "errors_over_budget": _spec(prompts=20, workload={
+        "dataset": {"kind": "random", "input_len": 5000, "output_len": 16}}),
+}
+EXPECTED = {
+    "feasible": ("ok", None), "rule_broken": ("failed", "invalid_config"),
+    "startup_oom": ("failed", "oom"), "early_abort": ("ok", None),
+    "capacity_none_passes": ("ok", None), "errors_over_budget": ("failed", "benchmark_errors"),
+}
+
+
+def _fields(result: TrialResult) -> set[str]:
+    """The result's fields that carry a value (the engine log is live-only evidence)."""
+    return {k for k, v in result.model_dump().items()
+            if v not in (None, {}, (), []) and k != "log_tail"}
+
+
+def _metric_fields(result: TrialResult) -> set[str]:
+    ours = result.metrics.get("slotune", {})
+    return set(result.metrics) | {f"slotune.{k}" for k in ours}
+
+
+@pytest.fixture(scope="module")
+def live() -> dict[str, TrialResult]:
+    results = {name: run_trial(spec) for name, spec in CASES.items()}
+    for result in results.values():
+        assert engine_pids(result.trial_id) == []
+    return results
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(CASES))
+def test_live_and_virtual_agree(case: str, live: dict[str, TrialResult]) -> None:
+    real, virtual = live[case], run_virtual_trial(CASES[case])
+    assert (real.status, real.failure) == (virtual.status, virtual.failure) == EXPECTED[case]
+    assert _fields(real) == _fields(virtual)
+    assert _metric_fields(real) == _metric_fields(virtual)
+    assert set(real.constraints) == set(virtual.constraints)
+    assert set(real.slo_margins) == set(virtual.slo_margins)
+    if case == "feasible":
+        assert real.gate_passed and virtual.gate_passed
+        assert real.objective == pytest.approx(virtual.objective, rel=0.15)
+    if case == "early_abort":
+        assert real.objective == virtual.objective == 0.0
+        assert real.early_abort and virtual.early_abort
+    if case == "capacity_none_passes":
+        assert real.capacity == virtual.capacity == real.objective == 0.0
+        assert real.capacity_probes and virtual.capacity_probes
+        assert not any(p.gate_passed for p in [*real.capacity_probes,
+                                               *virtual.capacity_probes])
+
+
+def _drive(search: CapacitySearch, start: float, capacity: float) -> tuple[float | None,
+                                                                          list[float]]:
+    """Run the search against an engine that holds every rate up to ``capacity``."""
+    probed: list[float] = []
+    gen = capacity_search(search, start)
+    rate = next(gen)
+    while True:
+        probed.append(rate)
+        try:
+            rate = gen.send(rate <= capacity)
+        except StopIteration as done:
+            return done.value, probed
+
+
+def test_capacity_search_brackets_then_bisects_within_tolerance() -> None:
+    search = CapacitySearch(min_rate=1.0, max_rate=64.0, relative_tolerance=0.05,
+                            max_probes=12)
+    found, probed = _drive(search, 4.0, capacity=11.0)
+    assert probed[:3] == [4.0, 8.0, 16.0]  # doubling up from the start rate
+    assert found is not None and found <= 11.0
+    failing = min(r for r in probed if r > 11.0)
+    assert failing / found - 1 <= 0.05
+    down, probed = _drive(search, 16.0, capacity=3.0)
+    assert probed[:3] == [16.0, 8.0, 4.0] and down is not None and down <= 3.0
+
+
+def test_capacity_search_limits() -> None:
+    search = CapacitySearch(min_rate=1.0, max_rate=8.0, max_probes=3)
+    none, probed = _drive(search, math.inf, capacity=0.5)
+    assert none is None and probed == [1.0]  # the lowest rate fails: nothing lower to try
+    top, probed = _drive(search, 2.0, capacity=100.0)
+    assert top == 8.0 and probed == [2.0, 4.0, 8.0]  # stops at the ceiling
+    capped, probed = _drive(CapacitySearch(min_rate=1.0, max_rate=64.0, max_probes=4),
+                            1.0, capacity=100.0)
+    assert len(probed) == 4 and capped == 8.0  # out of probes

@@ -1,0 +1,265 @@
+"""One trial pipeline: boot → measure (warm-up, load, early abort, scrape) → score → result.
+
+A :class:`Backend` is where the engine runs: the live engine (any adapter, a real
+process; :mod:`workers.trial`) or the simulated engine in virtual time
+(:mod:`workers.sim_trial`). Everything else is here, once: the goodput and capacity
+modes, the capacity search (:func:`capacity_search`, a pure generator over the probe's
+verdicts), the error budget, and every :class:`~workers.contracts.TrialResult` a trial
+can end with — so a virtual trial answers what the live one would, field for field:
+
+* ``ok``: the scored run, ``constraints`` = ``fits: -1`` plus one per SLO target,
+  ``slo_margins`` for the targets with a finite observation, the vLLM-format metrics;
+* ``failed``: a failure class and message (``fits: 1`` for a refusal or an OOM, which
+  teaches the sampler the configuration does not fit; ``-1`` otherwise), no metrics;
+* capacity mode: the highest passing rate and every probe; when no rate passes, the
+  lowest probe's scored run with objective 0 (it says how far off the SLO was); a probe
+  over the error budget does not pass, and a lowest probe over it fails the trial
+  ``benchmark_errors`` (the engine could not serve, whatever the rate).
+
+Capacity probe ``i`` samples with the workload's seed + ``i`` × :data:`PROBE_SEED_STRIDE`:
+fresh prompts, so no probe is served from an earlier probe's prefix cache (vLLM serves
+``/reset_prefix_cache`` only in its dev mode).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from workers.contracts import (
+    CapacityProbe,
+    CapacitySearch,
+    EngineFacts,
+    FailureClass,
+    PhaseTimings,
+    TrialResult,
+    TrialSpec,
+    Workload,
+)
+from workers.engines import EngineFailure
+from workers.loadgen.diagnosis import diagnose
+from workers.loadgen.result import OURS, ResultInfo, build_result
+from workers.loadgen.runner import BenchmarkRun
+from workers.loadgen.scoring import Score
+from workers.loadgen.symptoms import with_symptoms
+
+__all__ = [
+    "FITS",
+    "PREFIX_HITS",
+    "PROBE_SEED_STRIDE",
+    "Backend",
+    "Measured",
+    "capacity_search",
+    "probe_workload",
+    "run_pipeline",
+]
+
+FITS = "fits"
+"""The constraint every result carries: ≤ 0 when the configuration booted."""
+PROBE_SEED_STRIDE = 7919
+PREFIX_HITS = "vllm:prefix_cache_hits_total"
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """One measured run at one rate: the records, their score, and what it cost."""
+
+    run: BenchmarkRun
+    score: Score
+    warmup_s: float
+    measure_s: float
+
+
+class Backend(Protocol):
+    """Where the engine of a trial runs. A failure is an :class:`EngineFailure`."""
+
+    base_url: str
+    facts: EngineFacts
+    """What the engine said about itself (filled in by :meth:`boot`, even when it fails)."""
+    boot_s: float | None
+    """What booting cost (set by :meth:`boot`, even when it fails)."""
+
+    async def boot(self) -> None: ...
+
+    async def measure(self, workload: Workload) -> Measured:
+        """Warm up, load and score ``workload``; the engine dying is an EngineFailure."""
+        ...
+
+    async def before_probe(self) -> None:
+        """Between capacity probes (drop the prefix cache where the engine can)."""
+        ...
+
+    def log_tail(self) -> str | None: ...
+
+
+def capacity_search(search: CapacitySearch, start_rate: float
+                    ) -> Generator[float, bool, float | None]:
+    """The capacity search as a pure generator: yields the next rate to probe, is sent
+    whether the SLO held there, and returns the highest rate that held (None: none did).
+
+    Bracket by doubling up from the start rate (or halving down from it), then bisect
+    geometrically — the bracket spans factors of two — until the bracket is within the
+    relative tolerance or ``max_probes`` are spent.
+    """
+    rate = search.min_rate
+    if math.isfinite(start_rate):
+        rate = min(max(start_rate, search.min_rate), search.max_rate)
+    low: float | None = None
+    high: float | None = None
+    probes = 0
+    while probes < search.max_probes:
+        held = yield rate
+        probes += 1
+        if held:
+            low = rate
+            if rate >= search.max_rate or high is not None:
+                break
+            rate = min(rate * 2, search.max_rate)
+        else:
+            high = rate
+            if rate <= search.min_rate or low is not None:
+                break
+            rate = max(rate / 2, search.min_rate)
+    while (low is not None and high is not None and probes < search.max_probes
+           and high / low - 1 > search.relative_tolerance):
+        mid = math.sqrt(low * high)
+        held = yield mid
+        probes += 1
+        if held:
+            low = mid
+        else:
+            high = mid
+    return low
+
+
+def probe_workload(spec: TrialSpec, rate: float, index: int) -> Workload:
+    """Capacity probe ``index`` at ``rate``: its own prompts, the probe's prompt count."""
+    data = spec.workload.model_dump()
+    data["arrivals"]["request_rate"] = float(rate)
+    if spec.capacity.prompts_per_probe is not None:
+        data["num_prompts"] = spec.capacity.prompts_per_probe
+    data["seed"] = spec.workload.seed + PROBE_SEED_STRIDE * index
+    return Workload.model_validate(data)
+
+
+async def run_pipeline(spec: TrialSpec, backend: Backend, *, detailed: bool = True
+                       ) -> TrialResult:
+    """Boot, measure in the spec's mode, and build the result. ``detailed=False`` keeps no
+    per-request arrays (searches that hold thousands of results)."""
+    timings: dict[str, float | None] = {}
+    try:
+        try:
+            await backend.boot()
+        finally:
+            timings["boot_s"] = backend.boot_s
+        if spec.mode == "capacity":
+            return await _capacity(spec, backend, timings, detailed)
+        measured = await backend.measure(spec.workload)
+        timings["warmup_s"], timings["measure_s"] = measured.warmup_s, measured.measure_s
+        errors = _over_budget(spec, measured)
+        if errors:
+            return _failed(spec, "benchmark_errors", errors, timings, backend.facts,
+                           log_tail=backend.log_tail())
+        return _scored(spec, backend, measured, timings, detailed)
+    except EngineFailure as exc:
+        return _failed(spec, exc.failure, exc.message, timings, backend.facts,
+                       log_tail=exc.log_tail)
+
+
+async def _capacity(spec: TrialSpec, backend: Backend, timings: dict[str, float | None],
+                    detailed: bool) -> TrialResult:
+    probes: list[CapacityProbe] = []
+    runs: dict[float, Measured] = {}
+    warmup_s = measure_s = 0.0
+    search = capacity_search(spec.capacity, spec.workload.arrivals.request_rate)
+    rate = next(search)
+    while True:
+        await backend.before_probe()
+        measured = await backend.measure(probe_workload(spec, rate, len(probes)))
+        warmup_s += measured.warmup_s
+        measure_s += measured.measure_s
+        sc = measured.score
+        held = sc.gate and _over_budget(spec, measured) is None
+        runs[rate] = measured
+        probes.append(CapacityProbe(
+            request_rate=rate, gate_passed=held, request_goodput=sc.request_goodput,
+            ratios={c.metric: c.constraint + 1.0 for c in sc.checks},
+            prefix_cache_hit_tokens=measured.run.scrape.counters.get(PREFIX_HITS)))
+        try:
+            rate = search.send(held)
+        except StopIteration as done:
+            capacity: float | None = done.value
+            break
+    timings["warmup_s"], timings["measure_s"] = warmup_s, measure_s
+    found = {"capacity_probes": tuple(probes), "capacity": capacity or 0.0}
+    if capacity is None:  # not even the lowest rate holds: the lowest probe says why
+        lowest = runs[min(runs)]
+        errors = _over_budget(spec, lowest)
+        if errors:
+            failed = _failed(spec, "benchmark_errors", errors, timings, backend.facts,
+                             log_tail=backend.log_tail())
+            return failed.model_copy(update=found)
+        scored = _scored(spec, backend, lowest, timings, detailed)
+        return scored.model_copy(update={**found, "objective": 0.0, "gate_passed": False})
+    scored = _scored(spec, backend, runs[capacity], timings, detailed)
+    return scored.model_copy(update={**found, "objective": capacity})
+
+
+def _over_budget(spec: TrialSpec, measured: Measured) -> str | None:
+    """Why the run failed too many requests to be scored, or None."""
+    sc = measured.score
+    if not sc.num_requests or sc.failed / sc.num_requests <= spec.max_error_rate:
+        return None
+    errors = sorted({r.error for r in measured.run.records if r.error})[:3]
+    return (f"{sc.failed} of {sc.num_requests} requests failed (bound "
+            f"{spec.max_error_rate:.0%}): {'; '.join(errors)}")
+
+
+def _scored(spec: TrialSpec, backend: Backend, measured: Measured,
+            timings: dict[str, float | None], detailed: bool) -> TrialResult:
+    run, sc = measured.run, measured.score
+    phases = [timings.get(k) for k in ("boot_s", "warmup_s", "measure_s")]
+    diagnosis = with_symptoms(
+        diagnose(run.scrape, sc, spec.slo), run, sc, slo=spec.slo, workload=spec.workload,
+        engine_flags=spec.engine_flags, boot_s=timings.get("boot_s"),
+        total_s=sum(p for p in phases if p is not None))
+    metrics = build_result(run=run, score=sc, workload=spec.workload, slo=spec.slo,
+                           model=spec.model, endpoint=spec.workload.endpoint,
+                           base_url=backend.base_url, diagnosis=diagnosis,
+                           info=ResultInfo(detailed=detailed))
+    if not detailed:  # a search's trials keep no per-request arrays at all
+        for key in ("latencies", "queue_times"):
+            metrics.pop(key)
+        metrics[OURS]["metrics_scrape"] = {"available": run.scrape.available}
+    return _result(
+        spec, "ok", timings, backend.facts,
+        objective=sc.objective,
+        request_goodput=sc.request_goodput,
+        gate_passed=sc.gate,
+        constraints={FITS: -1.0, **sc.constraints},
+        slo_margins={c.metric: c.margin_ms for c in sc.checks if c.margin_ms is not None},
+        headroom=sc.worst_ratio,
+        metrics=metrics,
+        diagnosis=diagnosis.to_dict() if diagnosis else None,
+        early_abort=run.early_abort.reason if run.early_abort else None,
+    )
+
+
+def _failed(spec: TrialSpec, failure: FailureClass, message: str,
+            timings: dict[str, float | None], facts: EngineFacts,
+            log_tail: str | None = None) -> TrialResult:
+    """A failure; refusals and OOMs say the configuration does not fit (teaches TPE)."""
+    fits = 1.0 if failure in ("invalid_config", "oom") else -1.0
+    return _result(spec, "failed", timings, facts, failure=failure, failure_message=message,
+                   log_tail=log_tail, constraints={FITS: fits})
+
+
+def _result(spec: TrialSpec, status: str, timings: dict[str, float | None],
+            facts: EngineFacts, **fields: Any) -> TrialResult:
+    phases = {k: timings.get(k) for k in ("boot_s", "warmup_s", "measure_s")}
+    total = sum(v for v in phases.values() if v is not None)
+    return TrialResult.model_validate({
+        "trial_id": spec.trial_id, "status": status, "engine": facts,
+        "timings": PhaseTimings(**phases, total_s=total), **fields})
