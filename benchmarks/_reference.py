@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from workers.sim.calibration import REFERENCE_CSV, ReferenceRow, read_reference
+from workers.sim.reference import REFERENCE_CSV, ReferenceRow, read_reference
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 IN_REPO_COPY = REPO_ROOT / "benchmarks" / "data" / REFERENCE_CSV

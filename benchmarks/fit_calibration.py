@@ -31,13 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _reference import load_rows, reference_csv
 
-from workers.sim.calibration import (
-    ReferenceRow,
-    RooflineCalibration,
-    reference_setup,
-    reference_shape,
-)
+from workers.sim.calibration import RooflineCalibration
 from workers.sim.cost_model import HardwareSetup, RooflineCostModel, StepShape
+from workers.sim.reference import ReferenceRow, reference_setup, reference_shape
 
 CALIBRATION_JSON = Path(__file__).resolve().parent.parent / "workers" / "sim" / "calibration.json"
 DEFAULT_FROM = "l40s"

@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _reference import load_rows, reference_csv
 
-from workers.sim.calibration import ReferenceRow, reference_setup, reference_shape
 from workers.sim.cost_model import UnsupportedSetup, make_cost_model
+from workers.sim.reference import ReferenceRow, reference_setup, reference_shape
 
 
 def modelled_ms(row: ReferenceRow, cost_model: str) -> float:

@@ -15,7 +15,6 @@ meets the SLO.
 from __future__ import annotations
 
 import json
-import shlex
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -35,6 +34,7 @@ from tuner.settings import default_data_dir, get_settings, redact_url
 from tuner.strategies import DEFAULT_STRATEGY
 from tuner.sweeps import REQUEST_ERRORS, SweepBudget, SweepRequest, queue_sweep, resolve
 from workers.contracts import SLO
+from workers.engines.vllm import vllm_command
 
 __all__ = ["best_command", "coordinator_command", "sweep_app"]
 
@@ -115,12 +115,6 @@ def _check_placement(space: Any, placer: Any, *, strict: bool) -> list[str]:
         print(f"slotune: warning: {line} — those trials are recorded infeasible, never "
               "booted (--strict refuses the sweep instead)", file=sys.stderr)
     return lines
-
-
-def vllm_command(model: str, config: dict[str, Any]) -> str:
-    from workers.engines import flag_args
-
-    return shlex.join(["vllm", "serve", model, *flag_args(config)])
 
 
 def slo_text(stored: str) -> str:

@@ -26,7 +26,7 @@ from rich.table import Table
 from tuner.cli_output import make_console
 from tuner.spaces import SearchSpace, SpaceError, load_space
 from workers.contracts import SLO, KnobValue, ObjectiveMode, SimOptions, TrialResult, TrialSpec
-from workers.engines import flag_args
+from workers.engines.vllm import vllm_command
 from workers.loadgen import WorkloadError, load_workload
 from workers.sim_trial import run_virtual_trial
 from workers.trial import run_trial
@@ -103,13 +103,6 @@ def build_spec(space: SearchSpace, sets: list[str], *, workload: str | None, slo
     return spec, space.check({**params, **fixed})
 
 
-def vllm_command(spec: TrialSpec) -> str:
-    """The ``vllm serve`` command line that reproduces this configuration."""
-    import shlex
-
-    return shlex.join(["vllm", "serve", spec.model, *flag_args(spec.engine_flags)])
-
-
 @trial_app.command("run")
 def run(
     space: Annotated[str, typer.Option("--space", help="Search space: a YAML file or a "
@@ -149,7 +142,7 @@ def run(
         err.print(f"[yellow]note:[/] this configuration breaks the space's rule "
                   f"[bold]{broken}[/]; booting it anyway so the engine can say why")
     if not as_json:
-        err.print(f"trial {spec.trial_id}: {vllm_command(spec)}")
+        err.print(f"trial {spec.trial_id}: {vllm_command(spec.model, spec.engine_flags)}")
         if executor == "virtual":
             err.print(f"virtual: the simulated engine on a modelled {spec.sim.gpu}, in "
                       "virtual time (timings are what the trial would take on that GPU)")

@@ -57,7 +57,7 @@ from tuner.strategies import (
     unplaceable_result,
 )
 from tuner.sweeps import SweepBudget, resolve_space
-from workers.contracts import KnobValue, TrialResult, TrialSpec
+from workers.contracts import TRANSIENT_FAILURES, KnobValue, TrialResult, TrialSpec
 from workers.loadgen.result import slotune_fields
 
 log = logging.getLogger(__name__)
@@ -168,15 +168,10 @@ def discarded(result: TrialResult) -> TrialResult:
     lag = (slotune_fields(result.metrics).get("send_lag_ms") or {}).get("p99")
     detail = f" (p99 send lag {lag:.1f} ms)" if isinstance(lag, int | float) else ""
     return TrialResult.model_validate({
-        **result.model_dump(), "status": "failed", "failure": "benchmark_errors",
+        **result.model_dump(), "status": "failed", "failure": "client_bound",
         "objective": 0.0, "constraints": {"fits": -1.0},
         "failure_message": f"{_DISCARDED}{detail}; measurement discarded and retried",
     })
-
-
-def _transient(result: TrialResult) -> bool:
-    return result.failure == "worker_lost" or (result.failure_message or "").startswith(
-        _DISCARDED)
 
 
 def gpu_hours(result: TrialResult, gpus: int) -> float:
@@ -441,8 +436,7 @@ class SweepRunner:
             # The load generator says it could not keep its schedule, and the gate failed:
             # that zero may be the machine's fault, not the configuration's. Discard it.
             result = discarded(result)
-        if result.failure in ("worker_lost", "benchmark_errors") and \
-                run.row.attempt < MAX_ATTEMPTS and _transient(result):
+        if result.failure in TRANSIENT_FAILURES and run.row.attempt < MAX_ATTEMPTS:
             # Transient: record this attempt, run the same params again.
             self.gpu_hours += gpu_hours(result, run.gpus)
             self._outbox.append(deque([

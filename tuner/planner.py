@@ -18,7 +18,6 @@ the planner's choice: measurements under several SLOs with none named is an erro
 from __future__ import annotations
 
 import math
-import shlex
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal
@@ -27,7 +26,7 @@ from pydantic import BaseModel, ConfigDict
 
 from tuner.db.records import SweepRecord, TrialRecord
 from tuner.store import Store
-from workers.engines import flag_args
+from workers.engines.vllm import vllm_command
 
 __all__ = [
     "AmbiguousSlo",
@@ -39,7 +38,6 @@ __all__ = [
     "gpus_per_replica",
     "plan_capacity",
     "replicas_for",
-    "vllm_command",
 ]
 
 Basis = Literal["capacity", "goodput_lower_bound"]
@@ -124,12 +122,6 @@ def gpus_per_replica(config: Mapping[str, Any]) -> int:
     """GPUs one replica occupies: tensor × pipeline parallel size (1 when unset)."""
     return _positive_int(config.get("tensor_parallel_size")) * _positive_int(
         config.get("pipeline_parallel_size"))
-
-
-def vllm_command(model: str, config: Mapping[str, Any]) -> str:
-    """The ``vllm serve`` command line that reproduces ``config`` (shell-quoted)."""
-    flags = {k: v for k, v in config.items() if k != "model"}
-    return shlex.join(["vllm", "serve", model, *flag_args(flags)])
 
 
 class _Candidate(BaseModel):

@@ -42,9 +42,11 @@ from tuner.db.errors import (
 from tuner.db.models import (
     SWEEP_STATUSES,
     UNFINISHED_TRIAL_STATUSES,
-    ExperimentCard,
+    ExperimentCardRow,
     Sweep,
+    SweepStatus,
     SweepTrial,
+    Verdict,
     WorkloadRow,
     best_config_view,
     no_passing_view,
@@ -61,7 +63,7 @@ from tuner.db.records import (
     TrialRecord,
     WorkloadRecord,
 )
-from tuner.db.session import make_engine, session_scope
+from tuner.db.session import make_db_engine, session_scope
 from tuner.settings import Settings, get_settings, redact_url
 from workers.contracts import SLO, ObjectiveMode, TrialResult, TrialSpec, Workload
 
@@ -88,8 +90,6 @@ __all__ = [
     "study_name_for",
 ]
 
-SweepStatus = Literal["queued", "running", "done", "failed", "cancelled"]
-Verdict = Literal["supported", "rejected", "inconclusive"]
 
 # Which states a sweep may enter a state from. "queued" from failed/cancelled is resume.
 _SWEEP_SOURCES: dict[str, tuple[str, ...]] = {
@@ -122,7 +122,7 @@ class Store:
 
     def __init__(self, url: str, *, echo: bool = False) -> None:
         self._url = url
-        self._engine = make_engine(url, echo=echo)
+        self._engine = make_db_engine(url, echo=echo)
         self._sessions = sessionmaker(self._engine, expire_on_commit=False)
 
     @classmethod
@@ -562,7 +562,7 @@ class Store:
             _sweep_with_workload(session, sweep_id)
             if lease is not None:
                 _hold(session, _same_sweep(lease, sweep_id))
-            card = ExperimentCard(
+            card = ExperimentCardRow(
                 sweep_id=sweep_id, step=step, symptom=symptom, evidence=dict(evidence or {}),
                 hypothesis=hypothesis, variable=variable, values=list(values),
                 expected_direction=expected_direction,
@@ -580,7 +580,7 @@ class Store:
         """Write a card's outcome once its experiment has run (and, with ``values``,
         every value it tried: a line search adds values as it goes)."""
         with self._session() as session:
-            card = _get(session, ExperimentCard, card_id, "experiment card")
+            card = _get(session, ExperimentCardRow, card_id, "experiment card")
             if lease is not None:
                 _hold(session, _same_sweep(lease, card.sweep_id))
             card.result = dict(result)
@@ -595,8 +595,8 @@ class Store:
     def list_cards(self, sweep_id: int) -> list[CardRecord]:
         with self._session() as session:
             _sweep_with_workload(session, sweep_id)
-            rows = session.scalars(select(ExperimentCard).where(
-                ExperimentCard.sweep_id == sweep_id).order_by(ExperimentCard.step))
+            rows = session.scalars(select(ExperimentCardRow).where(
+                ExperimentCardRow.sweep_id == sweep_id).order_by(ExperimentCardRow.step))
             return [CardRecord.model_validate(r) for r in rows]
 
     # --- best configurations (the view) --------------------------------------------------
@@ -654,7 +654,7 @@ def _again_on_conflict(write: Callable[[], _R]) -> _R:
         return write()
 
 
-_M = TypeVar("_M", SweepTrial, ExperimentCard)
+_M = TypeVar("_M", SweepTrial, ExperimentCardRow)
 
 
 def _upsert_workload(session: Session, workload: Workload) -> WorkloadRow:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -27,6 +27,7 @@ __all__ = [
     "FILE_DATASETS",
     "SLO",
     "SLO_METRICS",
+    "TRANSIENT_FAILURES",
     "Arrivals",
     "CapacityProbe",
     "CapacitySearch",
@@ -334,9 +335,12 @@ Device = Literal["gpu", "cpu"]
 ObjectiveMode = Literal["goodput", "capacity"]
 TrialStatus = Literal["ok", "infeasible", "failed"]
 FailureClass = Literal["invalid_config", "oom", "startup_timeout", "crashed",
-                       "benchmark_errors", "worker_lost"]
-FAILURE_CLASSES: tuple[FailureClass, ...] = ("invalid_config", "oom", "startup_timeout",
-                                             "crashed", "benchmark_errors", "worker_lost")
+                       "benchmark_errors", "worker_lost", "client_bound"]
+"""Why a trial failed. ``worker_lost`` and ``client_bound`` (the load generator fell
+behind its schedule, so the measurement is invalid) are the machine's fault, not the
+configuration's: the coordinator runs the same configuration again."""
+FAILURE_CLASSES: tuple[FailureClass, ...] = get_args(FailureClass)
+TRANSIENT_FAILURES: tuple[FailureClass, ...] = ("worker_lost", "client_bound")
 KnobValue = bool | int | float | str | dict[str, Any] | None
 """A knob's value: vLLM flag values, or a JSON object (``speculative_config``)."""
 

@@ -15,13 +15,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import platform
 import tempfile
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import httpx
 
@@ -30,7 +28,6 @@ from workers.engines import EngineAdapter, EngineFailure, classify_failure, make
 from workers.gpu import GPUProbe
 from workers.loadgen import run_benchmark, score
 from workers.pipeline import Measured, run_pipeline
-from workers.sim.catalog import UnknownCatalogEntry, get_gpu
 
 __all__ = ["LiveBackend", "run_trial", "run_trial_async"]
 
@@ -57,7 +54,7 @@ async def run_trial_async(spec: TrialSpec, *, gpu_ids: Sequence[str] = (),
         teardown_start = time.perf_counter()
         engine.stop()
         teardown_s = time.perf_counter() - teardown_start
-        leftover = probe.busy(gpu_ids) if spec.engine == "vllm" else []
+        leftover = probe.busy(gpu_ids) if engine.occupies_gpus else []
         if leftover:
             log.error("trial %s: GPUs not free after teardown: %s", spec.trial_id, leftover)
     timings = result.timings.model_copy(update={
@@ -81,7 +78,7 @@ class LiveBackend:
         spec, engine = self.spec, self.engine
         try:
             engine.check_args()
-            busy = self.probe.busy(self.gpu_ids) if spec.engine == "vllm" else []
+            busy = self.probe.busy(self.gpu_ids) if engine.occupies_gpus else []
             if busy:
                 raise EngineFailure("worker_lost", "GPUs not free before boot: " + "; ".join(busy))
             boot_start = time.perf_counter()
@@ -103,7 +100,7 @@ class LiveBackend:
     async def measure(self, workload: Workload) -> Measured:
         """One benchmark run under a watchdog: the engine dying fails the trial."""
         spec, engine = self.spec, self.engine
-        scale = spec.sim.time_scale if spec.engine == "sim" else 1.0
+        scale = engine.time_scale
         begin = time.perf_counter()
         bench = asyncio.create_task(run_benchmark(
             engine.base_url, spec.served_model, workload, spec.slo, time_scale=scale,
@@ -176,31 +173,8 @@ async def _reset_prefix_cache(engine: EngineAdapter) -> None:
 
 
 def _facts(spec: TrialSpec, engine: EngineAdapter, probe: GPUProbe) -> EngineFacts:
-    facts = engine.facts()
-    update: dict[str, Any] = {}
-    if spec.engine == "sim":
-        with contextlib.suppress(UnknownCatalogEntry):
-            gpu = get_gpu(spec.sim.gpu)
-            update = {"gpu_name": f"{gpu.device_name} (simulated)",
-                      "gpu_memory_bytes": gpu.memory_bytes}
-    elif spec.device == "cpu":
-        update = {"gpu_name": f"cpu ({_cpu_model()})"}
-    else:
-        gpus = probe.gpus(engine.gpu_ids)
-        if gpus:
-            update = {"gpu_name": gpus[0].name, "gpu_memory_bytes": gpus[0].memory_total,
-                      "gpu_driver": probe.driver_version()}
-    return facts.model_copy(update={**update, "model_revision": spec.model_revision})
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.partition(":")[2].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return engine.facts().model_copy(update={**engine.hardware_facts(probe),
+                                             "model_revision": spec.model_revision})
 
 
 def _safe(text: str) -> str:

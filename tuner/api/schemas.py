@@ -21,7 +21,8 @@ from tuner.db.records import (
     TrialRecord,
     WorkloadRecord,
 )
-from tuner.planner import Basis, CapacityPlan, vllm_command
+from tuner.planner import Basis, CapacityPlan
+from workers.engines.vllm import vllm_command
 
 __all__ = [
     "BestOut",

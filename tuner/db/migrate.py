@@ -19,7 +19,7 @@ from alembic.script import ScriptDirectory
 from alembic.util import CommandError
 
 from tuner.db.errors import MigrationError
-from tuner.db.session import make_engine, translated
+from tuner.db.session import make_db_engine, translated
 from tuner.settings import normalize_database_url, redact_url
 
 __all__ = [
@@ -58,7 +58,7 @@ def downgrade(url: str, revision: str) -> None:
 
 def current_revision(url: str) -> str | None:
     """Our schema revision at ``url`` (None: never migrated, or downgraded to base)."""
-    engine = make_engine(url)
+    engine = make_db_engine(url)
     try:
         with translated(url), engine.connect() as conn:
             context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})

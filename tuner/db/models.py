@@ -12,7 +12,7 @@ Optuna keeps its own tables in the same database, among them ``studies`` and
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal, get_args
 
 from sqlalchemy import (
     JSON,
@@ -46,23 +46,32 @@ __all__ = [
     "UNFINISHED_TRIAL_STATUSES",
     "VERDICTS",
     "Base",
-    "ExperimentCard",
+    "ExperimentCardRow",
     "JSONType",
     "Sweep",
+    "SweepStatus",
     "SweepTrial",
+    "SweepTrialStatus",
     "UTCDateTime",
+    "Verdict",
     "WorkloadRow",
     "best_config_view",
     "no_passing_view",
     "utcnow",
 ]
 
-SWEEP_STATUSES = ("queued", "running", "done", "failed", "cancelled")
-TERMINAL_SWEEP_STATUSES = ("done", "failed", "cancelled")
+# The status vocabularies, once: the typed names and the tuples the CHECK constraints,
+# the store and the API are built from.
+SweepStatus = Literal["queued", "running", "done", "failed", "cancelled"]
+SweepTrialStatus = Literal["pending", "running", "ok", "infeasible", "failed", "lost"]
+"""A sweep's trial: waiting or running, then a TrialResult's status, or lost with its worker."""
+Verdict = Literal["supported", "rejected", "inconclusive"]
+SWEEP_STATUSES: tuple[SweepStatus, ...] = get_args(SweepStatus)
+TERMINAL_SWEEP_STATUSES: tuple[SweepStatus, ...] = ("done", "failed", "cancelled")
 SWEEP_MODES = ("goodput", "capacity")
-TRIAL_STATUSES = ("pending", "running", "ok", "infeasible", "failed", "lost")
-UNFINISHED_TRIAL_STATUSES = ("pending", "running")
-VERDICTS = ("supported", "rejected", "inconclusive")
+TRIAL_STATUSES: tuple[SweepTrialStatus, ...] = get_args(SweepTrialStatus)
+UNFINISHED_TRIAL_STATUSES: tuple[SweepTrialStatus, ...] = ("pending", "running")
+VERDICTS: tuple[Verdict, ...] = get_args(Verdict)
 
 JSONType = JSON().with_variant(JSONB(), "postgresql")
 """Portable JSON column type: JSONB on Postgres, JSON (text) elsewhere."""
@@ -212,7 +221,7 @@ class SweepTrial(Base):
     heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
-class ExperimentCard(Base):
+class ExperimentCardRow(Base):
     """One step of a guided sweep: symptom → one-variable experiment → verdict → rollback."""
 
     __tablename__ = "experiment_cards"

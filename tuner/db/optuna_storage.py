@@ -15,7 +15,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
 from tuner.db.errors import StorageError, translate
-from tuner.db.session import make_engine
+from tuner.db.session import make_db_engine
 from tuner.settings import get_settings, normalize_database_url
 
 if TYPE_CHECKING:  # optuna is a heavy import; only what builds a storage pays for it
@@ -42,7 +42,7 @@ def optuna_storage(url: str | None = None, *, heartbeat_interval: int | None = N
     from optuna.storages import RDBStorage
 
     target = optuna_url(url)
-    make_engine(target).dispose()  # creates a SQLite file's directory, like our engine does
+    make_db_engine(target).dispose()  # creates a SQLite file's directory, like our engine does
     engine_kwargs: dict[str, Any] = {"pool_pre_ping": True}
     backend = make_url(target).get_backend_name()
     if backend == "sqlite":

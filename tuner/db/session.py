@@ -1,6 +1,6 @@
 """Engines and the one session context manager where storage errors are translated.
 
-:func:`make_engine` builds an engine with the settings each backend needs (SQLite:
+:func:`make_db_engine` builds an engine with the settings each backend needs (SQLite:
 foreign keys on, WAL so the API reads while the coordinator writes, a busy timeout;
 Postgres: psycopg 3, a connect timeout, pre-ping). :func:`session_scope` is one
 transaction: committed when the block ends, rolled back on any error, and every
@@ -24,13 +24,13 @@ from sqlalchemy.orm import Session, sessionmaker
 from tuner.db.errors import StorageError, StorageUnavailable, translate
 from tuner.settings import normalize_database_url, redact_url
 
-__all__ = ["dumps_json", "make_engine", "session_scope", "translated"]
+__all__ = ["dumps_json", "make_db_engine", "session_scope", "translated"]
 
 _SQLITE_BUSY_TIMEOUT_S = 30.0
 _PG_CONNECT_TIMEOUT_S = 5
 
 
-def make_engine(url: str, *, echo: bool = False) -> Engine:
+def make_db_engine(url: str, *, echo: bool = False) -> Engine:
     """An engine for ``url`` (``postgresql://`` is mapped to psycopg 3).
 
     A SQLite file's directory is created here, on first use. No connection is made yet.

@@ -20,7 +20,6 @@ from tuner.report._analysis import (
     TrialPoint,
     analyse,
     pareto_front,
-    vllm_command,
 )
 from tuner.report._paths import ReportPathError, prepare_report_dir, write_no_follow
 from tuner.report._render import charts, render_html, render_markdown
@@ -45,7 +44,6 @@ __all__ = [
     "prepare_report_dir",
     "render_chart",
     "render_report",
-    "vllm_command",
     "write_report",
 ]
 

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tuner.db.records import BestConfig, CardRecord, SweepRecord, TrialRecord
-from tuner.planner import vllm_command  # one definition, shared with the API
 from tuner.strategies import NOISE_TOLERANCE, params_key, rank
 from workers.contracts import TrialResult
+from workers.engines.vllm import vllm_command  # one definition: the adapter runs it
 from workers.loadgen.diagnosis import KNOBS
 
 __all__ = [
@@ -31,7 +31,6 @@ __all__ = [
     "TrialPoint",
     "analyse",
     "pareto_front",
-    "vllm_command",
 ]
 
 LATENCY_METRICS: tuple[str, ...] = ("ttft", "tpot")

@@ -44,7 +44,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import IO, ClassVar
+from typing import IO, TYPE_CHECKING, Any, ClassVar
 
 import httpx
 
@@ -52,6 +52,9 @@ from workers.contracts import EngineFacts, FailureClass, KnobValue, TrialSpec
 from workers.engines._log_patterns import classify_failure as classify_failure
 from workers.engines._log_patterns import error_sentence
 from workers.engines._log_patterns import parse_startup_log as parse_startup_log
+
+if TYPE_CHECKING:
+    from workers.gpu import GPUProbe
 
 LOG_TAIL_LINES = 40
 SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|APIKEY|CREDENTIAL)", re.IGNORECASE)
@@ -245,6 +248,9 @@ class EngineAdapter(abc.ABC):
     known_args: ClassVar[frozenset[str]]
     """Argument names the engine takes; anything else needs the space's declaration."""
     health_poll_s: ClassVar[float] = 0.2
+    occupies_gpus: ClassVar[bool] = False
+    """Whether the process holds the GPUs it is given (so they are checked free before
+    boot and after teardown)."""
 
     def __init__(self, spec: TrialSpec, workdir: Path, gpu_ids: Sequence[str] = (),
                  host: str = "127.0.0.1") -> None:
@@ -257,6 +263,15 @@ class EngineAdapter(abc.ABC):
         self.log_path = workdir / "engine.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self._env: dict[str, str] = {}
+
+    @property
+    def time_scale(self) -> float:
+        """How many times faster than real time the engine runs (measurements stretch back)."""
+        return 1.0
+
+    def hardware_facts(self, probe: GPUProbe) -> dict[str, Any]:
+        """What the engine runs on, as :class:`EngineFacts` fields (GPU name, memory, …)."""
+        return {}
 
     # ---- what to run --------------------------------------------------------------
 

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from workers.engines.base import EngineAdapter, flag_args
+from workers.sim.catalog import UnknownCatalogEntry, get_gpu
+
+if TYPE_CHECKING:
+    from workers.gpu import GPUProbe
 
 SIM_ARGS = frozenset({
     "max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization", "max_model_len",
@@ -22,6 +27,17 @@ class SimEngine(EngineAdapter):
     kind = "sim"
     known_args: ClassVar[frozenset[str]] = SIM_ARGS
     health_poll_s = 0.05
+
+    @property
+    def time_scale(self) -> float:
+        return self.spec.sim.time_scale
+
+    def hardware_facts(self, probe: GPUProbe) -> dict[str, Any]:
+        with contextlib.suppress(UnknownCatalogEntry):
+            gpu = get_gpu(self.spec.sim.gpu)
+            return {"gpu_name": f"{gpu.device_name} (simulated)",
+                    "gpu_memory_bytes": gpu.memory_bytes}
+        return {}
 
     def command(self, port: int) -> list[str]:
         sim = self.spec.sim

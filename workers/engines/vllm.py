@@ -12,9 +12,16 @@ selected explicitly.
 from __future__ import annotations
 
 import os
-from typing import ClassVar
+import platform
+import shlex
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from workers.engines.base import EngineAdapter, flag_args
+
+if TYPE_CHECKING:
+    from workers.gpu import GPUProbe
 
 VLLM_BIN_ENV = "SLOTUNE_VLLM_BIN"
 
@@ -40,6 +47,7 @@ class VllmEngine(EngineAdapter):
     kind = "vllm"
     known_args: ClassVar[frozenset[str]] = VLLM_ARGS
     health_poll_s = 1.0
+    occupies_gpus = True
     env_prefixes: ClassVar[tuple[str, ...]] = (
         "VLLM_", "HF_", "HUGGING_FACE_", "TRANSFORMERS_", "TORCHINDUCTOR_", "TRITON_",
         "NCCL_", "OMP_", "KMP_", "LD_PRELOAD", "XDG_CACHE_HOME",
@@ -53,9 +61,18 @@ class VllmEngine(EngineAdapter):
         return (f"set {VLLM_BIN_ENV} (or the space's engine_binary) to the path of the "
                 "`vllm` executable")
 
+    def hardware_facts(self, probe: GPUProbe) -> dict[str, Any]:
+        if self.spec.device == "cpu":
+            return {"gpu_name": f"cpu ({_cpu_model()})"}
+        gpus = probe.gpus(self.gpu_ids)
+        if not gpus:
+            return {}
+        return {"gpu_name": gpus[0].name, "gpu_memory_bytes": gpus[0].memory_total,
+                "gpu_driver": probe.driver_version()}
+
     def command(self, port: int) -> list[str]:
-        return [self.binary, "serve", self.spec.model,
-                "--host", self.host, "--port", str(port), *flag_args(self.spec.engine_flags)]
+        return [*serve_argv(self.spec.model, self.spec.engine_flags, self.binary),
+                "--host", self.host, "--port", str(port)]
 
     def environment(self) -> dict[str, str]:
         env = super().environment()
@@ -67,3 +84,24 @@ class VllmEngine(EngineAdapter):
             env["VLLM_TARGET_DEVICE"] = "cpu"
             env.pop("CUDA_VISIBLE_DEVICES", None)
         return env
+
+
+def serve_argv(model: str, flags: Mapping[str, Any], binary: str = "vllm") -> list[str]:
+    """``vllm serve MODEL --flag=value …``: the one spelling of a configuration as vLLM's
+    command line (the engine adapter runs it; reports, the API and the CLI show it)."""
+    return [binary, "serve", model, *flag_args({k: v for k, v in flags.items() if k != "model"})]
+
+
+def vllm_command(model: str, flags: Mapping[str, Any]) -> str:
+    """The shell-quoted ``vllm serve`` line that reproduces a configuration."""
+    return shlex.join(serve_argv(model, flags))
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()

@@ -15,16 +15,11 @@ AD102 die as the RTX 4090) into ``default``, and says so in the JSON's ``_defaul
 
 from __future__ import annotations
 
-import csv
 import json
-import os
 from dataclasses import dataclass, fields
 from functools import cache
 from importlib import resources
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from workers.sim.cost_model import HardwareSetup, StepShape
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,85 +75,3 @@ def load_calibration(gpu_name: str) -> RooflineCalibration:
     entry = table.get(gpu_name, table.get("default", {}))
     known = {f.name for f in fields(RooflineCalibration)}
     return RooflineCalibration(**{k: float(v) for k, v in entry.items() if k in known})
-
-
-# --- The reference rows: reading them and turning each into the step the simulator costs.
-# Shared by benchmarks/fit_calibration.py, benchmarks/sim_fidelity.py and the tests, so
-# that all three judge the model on exactly the same shapes.
-
-REFERENCE_CSV = "vllm-step-times.csv"
-
-
-@dataclass(frozen=True, slots=True)
-class ReferenceRow:
-    """One row of the reference file (see its README for the columns)."""
-
-    model: str
-    gpu: str
-    tp: int
-    weights: str
-    kv_cache: str
-    kind: str
-    prefill_tokens: int
-    decode_seqs: int
-    isl: int
-    osl: int
-    latency_ms: float
-
-
-def read_reference(path: str | os.PathLike[str]) -> list[ReferenceRow]:
-    """Parse the reference CSV (``model,gpu,tp,weights,kv_cache,kind,...,latency_ms``)."""
-    with open(path, newline="") as f:
-        return [
-            ReferenceRow(
-                model=r["model"], gpu=r["gpu"], tp=int(r["tp"]), weights=r["weights"],
-                kv_cache=r["kv_cache"], kind=r["kind"], prefill_tokens=int(r["prefill_tokens"]),
-                decode_seqs=int(r["decode_seqs"]), isl=int(r["isl"]), osl=int(r["osl"]),
-                latency_ms=float(r["latency_ms"]),
-            )
-            for r in csv.DictReader(f)
-        ]
-
-
-def reference_setup(row: ReferenceRow) -> HardwareSetup:
-    """The simulator's hardware setup for a reference row (its names go through the catalogue)."""
-    from workers.sim.catalog import get_gpu, get_model
-    from workers.sim.cost_model import HardwareSetup
-
-    return HardwareSetup(
-        model=get_model(row.model), gpu=get_gpu(row.gpu), tensor_parallel_size=row.tp,
-        weight_format="fp8" if row.weights == "fp8" else "bf16",
-        kv_cache_dtype="fp8" if row.kv_cache == "fp8" else "auto",
-    )
-
-
-def reference_shape(row: ReferenceRow) -> StepShape:
-    """The step a reference row describes.
-
-    * ``prefill``: one fresh prompt of ``prefill_tokens``;
-    * ``decode``: ``decode_seqs`` sequences of ``isl + osl // 2`` tokens of context;
-    * ``mixed``: the decoding sequences as in ``decode``, beside a prefill chunk of
-      ``prefill_tokens``. In these rows ``isl`` is also the prompt length of the requests
-      being prefilled (AIConfigurator costs the chunk's attention as the whole ``isl``
-      prompt's divided by ``ceil(isl / chunk)``), so a chunk shorter than ``isl`` is a
-      slice of a longer prompt, attending to ``isl / 2`` earlier tokens on average, and a
-      chunk longer than ``isl`` holds ``chunk / isl`` whole prompts. Either way the chunk
-      has ``chunk × isl / 2`` query-key pairs, not ``chunk² / 2`` as a fresh prompt would.
-    """
-    from workers.sim.cost_model import StepShape
-
-    context = row.isl + row.osl // 2
-    if row.kind == "prefill":
-        return StepShape.uniform(row.prefill_tokens, 0, 0)
-    if row.kind == "decode":
-        return StepShape.uniform(0, row.decode_seqs, context)
-    if row.kind != "mixed":
-        raise ValueError(f"unknown reference row kind {row.kind!r}")
-    chunk = row.prefill_tokens
-    prompts = max(1, -(-chunk // row.isl))
-    pairs = chunk * row.isl / 2
-    return StepShape(
-        prefill_tokens=chunk, prefill_seqs=prompts, prefill_attention_pairs=pairs,
-        prefill_context=chunk if chunk >= row.isl else chunk + row.isl // 2,
-        decode_seqs=row.decode_seqs, decode_context=row.decode_seqs * context,
-    )

@@ -21,7 +21,7 @@ from tests.tuner.db.conftest import ADMIN_URL, PostgresDatabases
 from tuner.api import create_app
 from tuner.db import migrate
 from tuner.db.models import ExperimentCard, Sweep, SweepTrial, WorkloadRow
-from tuner.db.session import make_engine
+from tuner.db.session import make_db_engine
 from tuner.settings import ApiSettings, DatabaseSettings, Settings
 from tuner.store import Store
 
@@ -59,7 +59,7 @@ def backend(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def store(backend: str, request: pytest.FixtureRequest) -> Iterator[Store]:
     url: str = request.getfixturevalue(f"{backend}_url")
-    engine = make_engine(url)
+    engine = make_db_engine(url)
     with engine.begin() as conn:
         for model in (ExperimentCard, SweepTrial, Sweep, WorkloadRow):
             conn.execute(delete(model))

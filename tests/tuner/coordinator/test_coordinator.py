@@ -280,7 +280,7 @@ def test_a_run_distorted_by_an_overloaded_client_is_discarded_and_retried(
     final = run(store, migrated_url, lab(max_trials=3, confirm_top=0), executor)
     rows = [t for t in store.list_trials(final.id).data if t.number == 0]
     assert [(t.attempt, t.status) for t in rows] == [(1, "failed"), (2, "ok")]
-    assert rows[0].failure_class == "benchmark_errors"
+    assert rows[0].failure_class == "client_bound"
     assert rows[0].result and "client-bound" in rows[0].result["failure_message"]
     assert "p99 send lag 180.0 ms" in rows[0].result["failure_message"]
     assert rows[1].objective and rows[1].objective > 0

@@ -25,7 +25,7 @@ from sqlalchemy import delete
 
 from tuner.db import migrate
 from tuner.db.models import ExperimentCard, Sweep, SweepTrial, WorkloadRow
-from tuner.db.session import make_engine
+from tuner.db.session import make_db_engine
 from tuner.store import Store
 
 ADMIN_URL = os.environ.get("SLOTUNE_TEST_POSTGRES_URL",
@@ -104,7 +104,7 @@ def empty_url(new_database: Callable[[], str]) -> str:
 @pytest.fixture
 def store(migrated_url: str) -> Iterator[Store]:
     """A store on the shared migrated database, with our tables emptied first."""
-    engine = make_engine(migrated_url)
+    engine = make_db_engine(migrated_url)
     with engine.begin() as conn:
         for model in (ExperimentCard, SweepTrial, Sweep, WorkloadRow):
             conn.execute(delete(model))

@@ -16,7 +16,7 @@ from tuner.db import migrate
 from tuner.db.errors import MigrationError, StorageUnavailable
 from tuner.db.models import BEST_CONFIG_VIEW, OUR_TABLES, Base
 from tuner.db.optuna_storage import create_or_load_study, optuna_storage
-from tuner.db.session import make_engine
+from tuner.db.session import make_db_engine
 from tuner.store import Store
 from workers.contracts import SLO, EngineFacts, TrialResult, TrialSpec, Workload
 
@@ -24,7 +24,7 @@ OURS = {*OUR_TABLES, migrate.VERSION_TABLE}
 
 
 def _tables_and_views(url: str) -> tuple[set[str], set[str]]:
-    engine = make_engine(url)
+    engine = make_db_engine(url)
     try:
         inspector = inspect(engine)
         return set(inspector.get_table_names()), set(inspector.get_view_names())
@@ -53,7 +53,7 @@ def test_upgrade_downgrade_upgrade(empty_url: str) -> None:
 
 
 def test_models_match_the_migrations(migrated_url: str) -> None:
-    engine = make_engine(migrated_url)
+    engine = make_db_engine(migrated_url)
     try:
         with engine.connect() as conn:
             context = MigrationContext.configure(conn, opts={
@@ -135,7 +135,7 @@ def test_the_view_revision_fills_in_trials_stored_before_it(empty_url: str) -> N
                                                  headroom=0.7, engine=EngineFacts(
                                                      engine_version="0.32.0")))
     migrate.downgrade(empty_url, "0002")  # as a database migrated before this revision
-    engine = make_engine(empty_url)
+    engine = make_db_engine(empty_url)
     try:
         columns = {c["name"] for c in inspect(engine).get_columns(BEST_CONFIG_VIEW)}
         assert "engine_version" not in columns and "objective" in columns  # 0001's view

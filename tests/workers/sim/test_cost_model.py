@@ -9,13 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from workers.sim.calibration import (
-    calibrated_gpus,
-    load_calibration,
-    read_reference,
-    reference_setup,
-    reference_shape,
-)
+from workers.sim.calibration import calibrated_gpus, load_calibration
 from workers.sim.catalog import GPUS, get_gpu, get_model
 from workers.sim.cost_model import (
     COST_MODELS,
@@ -24,6 +18,7 @@ from workers.sim.cost_model import (
     UnsupportedSetup,
     make_cost_model,
 )
+from workers.sim.reference import read_reference, reference_setup, reference_shape
 
 REFERENCE = Path(__file__).resolve().parents[3] / "benchmarks" / "data" / "vllm-step-times.csv"
 LLAMA_8B = get_model("meta-llama/Llama-3.1-8B-Instruct")

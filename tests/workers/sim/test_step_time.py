@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from workers.sim.calibration import read_reference
+from workers.sim.reference import read_reference
 
 REPO = Path(__file__).resolve().parents[3]
 SLOTUNE = Path(sys.executable).parent / "slotune"

@@ -13,6 +13,7 @@ from tuner.api.deps import StoreDep, WriterDep
 from tuner.api.errors import ERROR_RESPONSES, ErrorOut, InvalidInput
 from tuner.api.params import Limit, NameFilter, Offset, SweepId
 from tuner.api.schemas import CardOut, ListOut, SweepOut, TrialOut
+from tuner.db.models import SweepStatus, SweepTrialStatus
 from tuner.placement import declared_cluster, unplaceable_layouts
 from tuner.spaces import SpaceError
 from tuner.sweeps import REQUEST_ERRORS, SweepRequest, queue_sweep, resolve
@@ -22,8 +23,6 @@ from workers.loadgen import WorkloadError
 router = APIRouter(prefix="/sweeps", tags=["sweeps"], responses=ERROR_RESPONSES)
 log = logging.getLogger("slotune.api")
 
-SweepStatus = Literal["queued", "running", "done", "failed", "cancelled"]
-TrialStatus = Literal["pending", "running", "ok", "infeasible", "failed", "lost"]
 
 # Over HTTP a space or workload given by name must be a shipped one: a path would let a
 # client make the server read (and echo parse errors of) any file it can open.
@@ -86,7 +85,7 @@ def cancel_sweep(sweep_id: SweepId, store: StoreDep, _: WriterDep) -> SweepOut:
 
 
 @router.get("/{sweep_id}/trials", response_model=ListOut[TrialOut])
-def list_trials(sweep_id: SweepId, store: StoreDep, status: TrialStatus | None = None,
+def list_trials(sweep_id: SweepId, store: StoreDep, status: SweepTrialStatus | None = None,
                 offset: Offset = 0, limit: Limit = 100) -> ListOut[TrialOut]:
     """A sweep's trials by Optuna number, then attempt."""
     page = store.list_trials(sweep_id, status=status, offset=offset, limit=limit)
