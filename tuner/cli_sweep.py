@@ -30,6 +30,7 @@ from rich.table import Table
 from tuner.cli_output import make_console
 from tuner.db.errors import Conflict, NotFound, StorageError, exit_code
 from tuner.db.records import BestConfig, SweepRecord
+from tuner.progress import SweepProgress
 from tuner.settings import default_data_dir, get_settings, redact_url
 from tuner.strategies import DEFAULT_STRATEGY
 from tuner.sweeps import REQUEST_ERRORS, SweepBudget, SweepRequest, queue_sweep, resolve
@@ -180,15 +181,14 @@ def _finish(store: Any, sweep: SweepRecord, console: Console,
     console.print(f"sweep {sweep.id} {sweep.status}: {sweep.stop_reason or ''}")
     if rows:
         console.print(_best_table(rows, f"best configuration for {sweep.workload}"))
-    best_id = sweep.progress.get("best_trial_id")
-    best_objective = sweep.progress.get("best_objective")
-    if best_id is not None and best_objective:
-        trial = store.get_trial(int(best_id))
+    progress = SweepProgress.of(sweep.progress)
+    if progress.best_trial_id is not None and progress.best_objective:
+        trial = store.get_trial(progress.best_trial_id)
         console.print("winner of this sweep:")
         console.print(f"  {vllm_command(sweep.model, trial.config)}", soft_wrap=True,
                       highlight=False)
-    elif sweep.progress.get("unconfirmed"):
-        console.print(f"[yellow]no winner: {sweep.progress['unconfirmed']}; rerun the sweep "
+    elif progress.unconfirmed:
+        console.print(f"[yellow]no winner: {progress.unconfirmed}; rerun the sweep "
                       "on a quieter machine, or with more confirmation repeats[/]")
     else:
         missing = [m for m in store.without_passing_config(sweep.workload)
@@ -203,7 +203,7 @@ def _finish(store: Any, sweep: SweepRecord, console: Console,
         report = None
     if report:
         console.print(f"report: {report}")
-    return 0 if best_objective else 3
+    return 0 if progress.best_objective else 3
 
 
 def _write_report(store: Any, sweep_id: int, directory: Path | None) -> Path:
@@ -361,22 +361,16 @@ def status(
                 "best", "ETA", "stop reason"):
         table.add_column(col)
     for s in sweeps:
-        p = s.progress
-        best = p.get("best_objective")
+        p = SweepProgress.of(s.progress)
+        best = p.best_objective
+        waiting = f"waiting for {p.waiting.for_} since {p.waiting.since}" if p.waiting else ""
         table.add_row(str(s.id), s.name, s.status,
-                      f"{p.get('trials', 0)}/{s.budget.get('max_trials', '?')}",
-                      str(p.get("done", 0)), str(p.get("running", 0)), str(p.get("failed", 0)),
-                      str(p.get("infeasible", 0)), "—" if best is None else f"{best:.3f}",
-                      "—" if p.get("eta_s") is None else f"{p['eta_s']:.0f}s",
-                      s.stop_reason or _waiting(p))
+                      f"{p.trials}/{s.budget.get('max_trials', '?')}",
+                      str(p.done), str(p.running), str(p.failed), str(p.infeasible),
+                      "—" if best is None else f"{best:.3f}",
+                      "—" if p.eta_s is None else f"{p.eta_s:.0f}s",
+                      s.stop_reason or waiting)
     console.print(table)
-
-
-def _waiting(progress: dict[str, Any]) -> str:
-    waiting = progress.get("waiting")
-    if not isinstance(waiting, dict):
-        return ""
-    return f"waiting for {waiting.get('for')} since {waiting.get('since')}"
 
 
 @sweep_app.command("resume")

@@ -44,6 +44,7 @@ from tuner.db.errors import Conflict, LeaseLost, StorageUnavailable
 from tuner.db.optuna_storage import optuna_storage
 from tuner.db.records import Lease, SweepRecord, TrialRecord
 from tuner.executors import TrialExecutor
+from tuner.progress import Phase, SweepProgress
 from tuner.spaces import SearchSpace
 from tuner.store import Store
 from tuner.strategies import (
@@ -290,8 +291,8 @@ class SweepRunner:
                 self._progress(phase="cancelled", stop_reason=stop)
                 return self.store.get_sweep(self.sweep.id)
             return self.store.update_sweep(self.sweep.id, status="done", stop_reason=stop,
-                                           progress=self.progress(phase="done",
-                                                                  stop_reason=stop),
+                                           progress=self.progress(
+                                               phase="done", stop_reason=stop).stored(),
                                            lease=self.lease)
         except LeaseLost as exc:
             self._fenced_out(exc)
@@ -686,7 +687,7 @@ class SweepRunner:
                     rollback=card.rollback or None, values=list(card.values),
                     lease=self.lease)
 
-    def progress(self, *, phase: str, stop_reason: str | None = None) -> dict[str, Any]:
+    def progress(self, *, phase: Phase, stop_reason: str | None = None) -> SweepProgress:
         statuses = [res.status for _, res in self.results]
         remaining = max(0, self.budget.limits.max_trials - self._trials_started())
         parallel = max(1, min(self.share.capacity, self.budget.limits.max_parallel or 10**6))
@@ -695,7 +696,7 @@ class SweepRunner:
             math.ceil((remaining + len(self.running)) / parallel) * mean)
         best_row = next((row for row, _ in self.results
                          if self.best is not None and row.id == self.best[1]), None)
-        out: dict[str, Any] = {
+        return SweepProgress.model_validate({
             "phase": phase, "trials": self._trials_started(),
             "done": sum(s == "ok" for s in statuses), "running": len(self.running),
             "failed": sum(s == "failed" for s in statuses),
@@ -706,19 +707,14 @@ class SweepRunner:
             "best_params": best_row.params if best_row else None,
             "gpu_hours": round(self.gpu_hours, 4), "eta_s": eta,
             "updated_at": datetime.now(UTC).isoformat(),
-        }
-        if stop_reason:
-            out["stop_reason"] = stop_reason
-        if self.confirmation:
-            out["confirmation"] = self.confirmation
-        if self.unconfirmed:
-            out["unconfirmed"] = self.unconfirmed
-        if self._waiting is not None and phase == "search":
-            out["waiting"] = self._waiting
-        return out
+            "stop_reason": stop_reason,
+            "confirmation": self.confirmation,
+            "unconfirmed": self.unconfirmed,
+            "waiting": self._waiting if phase == "search" else None,
+        })
 
-    def _progress(self, *, phase: str, stop_reason: str | None = None) -> None:
-        progress = self.progress(phase=phase, stop_reason=stop_reason)
+    def _progress(self, *, phase: Phase, stop_reason: str | None = None) -> None:
+        progress = self.progress(phase=phase, stop_reason=stop_reason).stored()
         if self.lease_lost:
             return
         try:

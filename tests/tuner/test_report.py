@@ -224,15 +224,17 @@ def test_a_knob_wall_lists_its_knobs_and_a_failed_search_says_so() -> None:
 
 
 def test_confirmation_repeats_kept_by_the_coordinator_count_for_the_winner() -> None:
+    from tuner.progress import SweepProgress
     from tuner.report._analysis import TrialPoint, _confidence
 
     winner = TrialPoint(id=7, number=3, attempt=1, status="ok", failure_class=None,
                         params={"max_num_seqs": 64}, config={}, objective=4.0, capacity=None,
                         confirmed=True, metrics={}, headroom=0.8, gate_passed=True,
                         diagnosis=None, failure_message=None, violated_rule=None)
-    confirmation = [{"params": {"max_num_seqs": 64}, "runs": [3.8, 4.2]},
-                    {"params": {"max_num_seqs": 128}, "runs": [0.0, 0.0]}]
-    confidence = _confidence(winner, [winner], confirmation)
+    stored = {"confirmation": [
+        {"trial_id": 7, "params": {"max_num_seqs": 64}, "runs": [3.8, 4.2]},
+        {"trial_id": 8, "params": {"max_num_seqs": 128}, "runs": [0.0, 0.0]}]}
+    confidence = _confidence(winner, [winner], SweepProgress.of(stored).confirmation)
     assert confidence.repeats == 3
     assert confidence.objectives == (4.0, 3.8, 4.2)
     assert confidence.mean == pytest.approx(4.0)

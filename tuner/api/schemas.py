@@ -22,6 +22,7 @@ from tuner.db.records import (
     WorkloadRecord,
 )
 from tuner.planner import Basis, CapacityPlan
+from tuner.progress import SweepProgress
 from workers.engines.vllm import vllm_command
 
 __all__ = [
@@ -74,8 +75,8 @@ class SweepOut(_Out):
     mode: str
     status: str
     budget: dict[str, Any]
-    progress: dict[str, Any]
-    """As the coordinator stored it (trials done, best so far …)."""
+    progress: SweepProgress
+    """Trials done, the best so far, cost, why it stopped or what it waits for."""
     owner: str | None
     claimed_by: str | None
     heartbeat_at: datetime | None

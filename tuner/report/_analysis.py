@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tuner.db.records import BestConfig, CardRecord, SweepRecord, TrialRecord
+from tuner.progress import ConfirmedCandidate, SweepProgress
 from tuner.strategies import NOISE_TOLERANCE, params_key, rank
 from workers.contracts import TrialResult
 from workers.engines.vllm import vllm_command  # one definition: the adapter runs it
@@ -187,8 +188,8 @@ def analyse(sweep: SweepRecord, trials: Sequence[TrialRecord], cards: Sequence[C
                    if k != "percentile" and isinstance(v, int | float)}
     percentile = float(sweep.slo.get("percentile") or 99.0)
     target_rate = _target_rate(workload_spec, measured)
-    confidence = (_confidence(winner, measured, sweep.progress.get("confirmation"))
-                  if winner else None)
+    confirmation = SweepProgress.of(sweep.progress).confirmation
+    confidence = _confidence(winner, measured, confirmation) if winner else None
     command = vllm_command(sweep.model, winner.config or winner.params) if winner else None
     ties = _ties(sweep, measured)
     tie_note = None
@@ -268,16 +269,14 @@ def _winner(measured: Sequence[TrialPoint]) -> TrialPoint | None:
 
 
 def _confidence(winner: TrialPoint, measured: Sequence[TrialPoint],
-                confirmation: object = None) -> Confidence:
+                confirmation: Sequence[ConfirmedCandidate] = ()) -> Confidence:
     """The winner's runs: its search trial(s) and the coordinator's confirmation repeats
-    (kept in the sweep's ``progress["confirmation"]``, not as trials)."""
+    (kept in the sweep's progress, not as trials)."""
     key = params_key(winner.params)
     runs = [t.objective or 0.0 for t in measured if params_key(t.params) == key]
-    if isinstance(confirmation, list):
-        for entry in confirmation:
-            if (isinstance(entry, Mapping) and isinstance(entry.get("params"), Mapping)
-                    and params_key(entry["params"]) == key):
-                runs += [float(x) for x in entry.get("runs") or [] if isinstance(x, int | float)]
+    for candidate in confirmation:
+        if params_key(candidate.params) == key:
+            runs += candidate.runs
     if len(runs) < 2:
         return Confidence(winner.confirmed, len(runs), tuple(runs), None, None, None)
     mean = statistics.fmean(runs)

@@ -1,0 +1,101 @@
+"""A sweep's progress, typed: what the coordinator writes and the CLI, API and dashboard read.
+
+The coordinator builds a :class:`SweepProgress` and stores :meth:`SweepProgress.stored`
+(JSON, unset fields left out) in ``sweeps.progress``; readers parse it back with
+:meth:`SweepProgress.of`, which tolerates what older versions stored (unknown keys are
+ignored, missing ones take their defaults). The API serves it under ``progress`` with
+this schema; the dashboard reads the same JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+__all__ = ["ConfirmationRun", "ConfirmedCandidate", "Phase", "SweepProgress", "Waiting"]
+
+Phase = Literal["queued", "search", "confirm", "done", "cancelled"]
+
+
+class _Read(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, serialize_by_alias=True)
+
+
+class Waiting(_Read):
+    """What a sweep with nothing running waits for (GPUs held by sibling sweeps), since when."""
+
+    for_: str = Field(alias="for")
+    since: str
+
+
+class ConfirmationRun(_Read):
+    """One confirmation re-run of a candidate."""
+
+    objective: float | None = None
+    status: str | None = None
+    failure: str | None = None
+    gate_passed: bool | None = None
+    p99_ttft_ms: float | None = None
+    p99_tpot_ms: float | None = None
+    early_abort: str | None = None
+
+
+class ConfirmedCandidate(_Read):
+    """A top configuration re-run in the confirmation phase, and what its runs gave."""
+
+    trial_id: int
+    params: dict[str, Any]
+    runs: list[float] = []
+    mean: float | None = None
+    stdev: float | None = None
+    lcb: float | None = None
+    """Lower confidence bound of the objective: the winner is the candidate with the best."""
+    winner: bool = False
+    details: list[ConfirmationRun] = []
+
+
+class SweepProgress(_Read):
+    """Where a sweep stands: counts, the best so far, cost, and why it stopped or waits."""
+
+    phase: Phase = "queued"
+    trials: int = 0
+    """Trials started (attempts of one configuration count once)."""
+    done: int = 0
+    running: int = 0
+    failed: int = 0
+    infeasible: int = 0
+    max_trials: int | None = None
+    best_objective: float | None = None
+    best_trial_id: int | None = None
+    best_params: dict[str, Any] | None = None
+    gpu_hours: float = 0.0
+    eta_s: float | None = None
+    updated_at: str | None = None
+    stop_reason: str | None = None
+    confirmation: list[ConfirmedCandidate] = []
+    unconfirmed: str | None = None
+    """Why no candidate held up in confirmation (then there is no winner)."""
+    waiting: Waiting | None = None
+
+    @classmethod
+    def of(cls, raw: Mapping[str, Any] | None) -> SweepProgress:
+        """The typed progress of what a sweep row holds (``{}`` for a queued sweep); a field
+        an older version stored in another shape reads as unset rather than failing."""
+        data = dict(raw or {})
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            bad = {err["loc"][0] for err in exc.errors() if err["loc"]}
+            return cls.model_validate({k: v for k, v in data.items() if k not in bad})
+
+    def stored(self) -> dict[str, Any]:
+        """The JSON the sweep row keeps: every count and best-so-far field (null while
+        unknown); the phase-specific ones (stop reason, confirmation, waiting) only when
+        set."""
+        unset = {k for k in _ONLY_WHEN_SET if not getattr(self, k)}
+        return self.model_dump(mode="json", exclude=unset)
+
+
+_ONLY_WHEN_SET = ("stop_reason", "confirmation", "unconfirmed", "waiting")
