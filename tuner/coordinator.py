@@ -31,7 +31,6 @@ import math
 import threading
 import time
 import uuid
-from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -44,6 +43,7 @@ from tuner.db.errors import Conflict, LeaseLost, StorageUnavailable
 from tuner.db.optuna_storage import optuna_storage
 from tuner.db.records import Lease, SweepRecord, TrialRecord
 from tuner.executors import TrialExecutor
+from tuner.outbox import Outbox
 from tuner.progress import Phase, SweepProgress
 from tuner.spaces import SearchSpace
 from tuner.store import Store
@@ -217,7 +217,7 @@ class SweepRunner:
         self.unconfirmed: str | None = None
         # Finished trials whose recording waits for the database (it may be restarting):
         # each item is a queue of steps, run in order, each retried until it succeeds.
-        self._outbox: deque[deque[Callable[[], object]]] = deque()
+        self._outbox = Outbox(TRANSIENT_STORAGE_ERRORS, name=f"sweep {sweep.id}")
         self._unrecorded = 0
         self._outage: str | None = None
         self.lease_lost = False
@@ -440,9 +440,9 @@ class SweepRunner:
         if result.failure in TRANSIENT_FAILURES and run.row.attempt < MAX_ATTEMPTS:
             # Transient: record this attempt, run the same params again.
             self.gpu_hours += gpu_hours(result, run.gpus)
-            self._outbox.append(deque([
+            self._outbox.add(
                 lambda: self.store.finish_trial(run.row.id, result, lease=self.lease),
-                lambda: self._relaunch(run)]))
+                lambda: self._relaunch(run))
         else:
             self._enqueue_record(run.row, run.proposal, result, run.gpus)
         self._drain()
@@ -467,37 +467,23 @@ class SweepRunner:
             self._sync_cards()
             self._progress(phase="search")
 
-        self._outbox.append(deque([
+        self._outbox.add(
             lambda: stored.append(self.store.finish_trial(row.id, result, lease=self.lease)),
             lambda: self.strategy.tell(proposal, result),
             account,
-        ]))
+        )
 
     def _drain(self) -> bool:
         """Run what waits in the outbox; False while the database is still away."""
-        while self._outbox:
-            steps = self._outbox[0]
-            while steps:
-                try:
-                    steps[0]()
-                except TRANSIENT_STORAGE_ERRORS as exc:
-                    self._note_outage(exc)
-                    return False
-                except LeaseLost as exc:
-                    self._fenced_out(exc)
-                    return True
-                except Conflict as exc:
-                    # A late result for a row that moved on (marked lost by this
-                    # coordinator's own recovery): this copy is dropped.
-                    log.warning("sweep %s: a late result was refused and dropped: %s",
-                                self.sweep.id, exc)
-                    steps.clear()
-                    break
-                if self.lease_lost:  # a write inside the step found the lease gone
-                    return True  # (and the outbox was dropped with it)
-                steps.popleft()
-            self._outbox.popleft()
-        if self._outage is not None:
+        try:
+            outage = self._outbox.drain(stopped=lambda: self.lease_lost)
+        except LeaseLost as exc:
+            self._fenced_out(exc)
+            return True
+        if outage is not None:
+            self._note_outage(outage)
+            return False
+        if self._outage is not None and not self.lease_lost:
             log.warning("sweep %s: the database is back; recorded what waited",
                         self.sweep.id)
             self._outage = None

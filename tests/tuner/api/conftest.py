@@ -20,7 +20,7 @@ from tests.tuner.api.data import TOKEN
 from tests.tuner.db.conftest import ADMIN_URL, PostgresDatabases
 from tuner.api import create_app
 from tuner.db import migrate
-from tuner.db.models import ExperimentCard, Sweep, SweepTrial, WorkloadRow
+from tuner.db.models import ExperimentCardRow, Sweep, SweepTrial, WorkloadRow
 from tuner.db.session import make_db_engine
 from tuner.settings import ApiSettings, DatabaseSettings, Settings
 from tuner.store import Store
@@ -61,7 +61,7 @@ def store(backend: str, request: pytest.FixtureRequest) -> Iterator[Store]:
     url: str = request.getfixturevalue(f"{backend}_url")
     engine = make_db_engine(url)
     with engine.begin() as conn:
-        for model in (ExperimentCard, SweepTrial, Sweep, WorkloadRow):
+        for model in (ExperimentCardRow, SweepTrial, Sweep, WorkloadRow):
             conn.execute(delete(model))
     engine.dispose()
     with Store(url) as s:

@@ -24,7 +24,7 @@ from psycopg import sql
 from sqlalchemy import delete
 
 from tuner.db import migrate
-from tuner.db.models import ExperimentCard, Sweep, SweepTrial, WorkloadRow
+from tuner.db.models import ExperimentCardRow, Sweep, SweepTrial, WorkloadRow
 from tuner.db.session import make_db_engine
 from tuner.store import Store
 
@@ -106,7 +106,7 @@ def store(migrated_url: str) -> Iterator[Store]:
     """A store on the shared migrated database, with our tables emptied first."""
     engine = make_db_engine(migrated_url)
     with engine.begin() as conn:
-        for model in (ExperimentCard, SweepTrial, Sweep, WorkloadRow):
+        for model in (ExperimentCardRow, SweepTrial, Sweep, WorkloadRow):
             conn.execute(delete(model))
     engine.dispose()
     with Store(migrated_url) as s:
