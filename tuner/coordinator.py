@@ -40,7 +40,6 @@ import optuna
 from sqlalchemy import exc as sa_exc
 
 from tuner.db.errors import Conflict, LeaseLost, StorageUnavailable
-from tuner.db.optuna_storage import optuna_storage
 from tuner.db.records import Lease, SweepRecord, TrialRecord
 from tuner.executors import TrialExecutor
 from tuner.outbox import Outbox
@@ -57,6 +56,7 @@ from tuner.strategies import (
     rank,
     unplaceable_result,
 )
+from tuner.study import sweep_study
 from tuner.sweeps import SweepBudget, resolve_space
 from workers.contracts import TRANSIENT_FAILURES, KnobValue, TrialResult, TrialSpec
 from workers.loadgen.result import slotune_fields
@@ -226,30 +226,8 @@ class SweepRunner:
     # ---- setup --------------------------------------------------------------------
 
     def _strategy(self) -> Strategy:
-        name = self.sweep.strategy
-        # The strategy picks its sampler; the study lives in our database under the
-        # sweep's study name, so `optuna-dashboard DATABASE_URL` shows it.
-        sampler = make_strategy(name, self.space, seed=self.seed).study.sampler
-        storage = optuna_storage(self.database_url)
-        # The study is created once, by the first claim, and found again by every later
-        # one (resume, takeover, a restart before any trial finished): its trial numbers
-        # go on and its history stays. Only a study left under the same name by another
-        # sweep (a deleted sweep whose id the database handed out again) is replaced.
-        key = f"{self.sweep.id}@{self.sweep.created_at.isoformat()}"
-        study_name = self.sweep.optuna_study_name or f"slotune-sweep-{self.sweep.id}"
-        try:
-            found = optuna.load_study(study_name=study_name, storage=storage, sampler=sampler)
-        except KeyError:
-            found = None
-        if found is not None and not _study_belongs(found.user_attrs, key, self.sweep.id):
-            optuna.delete_study(study_name=study_name, storage=storage)
-            found = None
-        study = found or optuna.create_study(
-            study_name=study_name, storage=storage,
-            direction="maximize", sampler=sampler, load_if_exists=True)
-        study.set_user_attr("slotune_sweep_id", self.sweep.id)
-        study.set_user_attr(STUDY_KEY_ATTR, key)
-        return make_strategy(name, self.space, study=study, seed=self.seed)
+        return make_strategy(self.sweep.strategy, self.space, seed=self.seed,
+                             study=sweep_study(self.sweep, self.database_url))
 
     def _resume(self) -> None:
         study = self.strategy.study
@@ -652,7 +630,7 @@ class SweepRunner:
         return True
 
     def _sync_cards(self) -> None:
-        cards = getattr(self.strategy, "cards", None)
+        cards = self.strategy.cards
         if not cards:
             return
         stored = {c.step: c for c in self.store.list_cards(self.sweep.id)}
@@ -817,16 +795,6 @@ class Coordinator:
                                       daemon=True)
             self._threads[sweep.id] = thread
             thread.start()
-
-
-STUDY_KEY_ATTR = "slotune_sweep_key"
-"""The study's owner: sweep id and creation time (ids can be handed out again)."""
-
-
-def _study_belongs(attrs: dict[str, Any], key: str, sweep_id: int) -> bool:
-    if STUDY_KEY_ATTR in attrs:
-        return bool(attrs[STUDY_KEY_ATTR] == key)
-    return bool(attrs.get("slotune_sweep_id") == sweep_id)  # made before the key existed
 
 
 class _Outage:

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import optuna
-
 from tuner.spaces import SearchSpace
 from tuner.strategies._base import (
     CONSTRAINT_KEYS,
@@ -19,6 +17,8 @@ from tuner.strategies._base import (
     Proposal,
     Strategy,
     StrategyError,
+    StudyOpener,
+    StudySource,
     constraint_values,
     infeasible_result,
     params_key,
@@ -52,6 +52,8 @@ __all__ = [
     "RandomStrategy",
     "Strategy",
     "StrategyError",
+    "StudyOpener",
+    "StudySource",
     "TPEStrategy",
     "best_index",
     "confirm",
@@ -74,7 +76,7 @@ GPU-hours to 98% of the optimum, as a share of the full grid's — prefill-bound
 decode-bound 4.5%, KV-bound 3.5% — ahead of tpe-plain (20.1%, 16.7%, 5.9%) and tpe in
 each; TPE after the guided plateau keeps it from stopping short where the walls mislead."""
 
-def make_strategy(name: str, space: SearchSpace, study: optuna.Study | None = None, *,
+def make_strategy(name: str, space: SearchSpace, study: StudySource = None, *,
                   seed: int | None = None, **options: Any) -> Strategy:
     """A strategy by registry name; ``options`` are its keyword options (``knob=…``)."""
     cls = STRATEGIES.get(name)

@@ -33,12 +33,15 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import optuna
 
 from tuner.spaces import SearchSpace
 from workers.contracts import SLO_METRICS, KnobValue, TrialResult
+
+if TYPE_CHECKING:
+    from tuner.strategies._guided import ExperimentCard
 
 __all__ = [
     "CONSTRAINT_KEYS",
@@ -132,6 +135,12 @@ class Observation:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+StudyOpener = Callable[[optuna.samplers.BaseSampler], optuna.Study]
+"""Opens (or finds again) a persistent study with the strategy's own sampler."""
+StudySource = optuna.Study | StudyOpener | None
+"""A strategy's study: given, opened with its sampler, or (None) a fresh in-memory one."""
+
+
 class Strategy(ABC):
     """Base of every strategy; subclasses implement :meth:`_next`."""
 
@@ -139,13 +148,18 @@ class Strategy(ABC):
     report_constraints: bool = True
     dedupe: bool = True
 
-    def __init__(self, space: SearchSpace, study: optuna.Study | None = None, *,
+    def __init__(self, space: SearchSpace, study: StudySource = None, *,
                  seed: int | None = None) -> None:
         self.space = space
         self.seed = seed
-        self.study = study or optuna.create_study(
-            direction="maximize", sampler=self._make_sampler(seed),
-            storage=optuna.storages.InMemoryStorage())
+        if study is None:
+            self.study = optuna.create_study(direction="maximize",
+                                             sampler=self._make_sampler(seed),
+                                             storage=optuna.storages.InMemoryStorage())
+        elif isinstance(study, optuna.Study):
+            self.study = study
+        else:  # an opener: the strategy's own sampler on a study kept elsewhere
+            self.study = study(self._make_sampler(seed))
         self.history: list[Observation] = []
         self._pending: dict[int, _Pending] = {}
         self._known: dict[str, TrialResult] = {}
@@ -155,6 +169,11 @@ class Strategy(ABC):
         self._stop_reason: str | None = None
 
     # --- the contract ------------------------------------------------------------------
+
+    @property
+    def cards(self) -> Sequence[ExperimentCard]:
+        """The experiment cards this strategy keeps (the guided loop's; none elsewhere)."""
+        return ()
 
     @property
     def done(self) -> bool:

@@ -23,13 +23,14 @@ starts from everything the loop measured (the incumbent's neighbourhood included
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import optuna
 
 from tuner.spaces import SearchSpace
-from tuner.strategies._base import Proposal, Strategy, StrategyError, params_key
+from tuner.strategies._base import Proposal, Strategy, StrategyError, StudySource, params_key
 from tuner.strategies._ranking import NOISE_TOLERANCE
 from workers.contracts import KnobValue, TrialResult
 
@@ -129,7 +130,7 @@ class GuidedStrategy(Strategy):
 
     name = "guided"
 
-    def __init__(self, space: SearchSpace, study: optuna.Study | None = None, *,
+    def __init__(self, space: SearchSpace, study: StudySource = None, *,
                  seed: int | None = None, tolerance: float = NOISE_TOLERANCE,
                  then: Literal["stop", "tpe"] = "stop") -> None:
         if then not in ("stop", "tpe"):
@@ -137,7 +138,7 @@ class GuidedStrategy(Strategy):
         self.then = then
         super().__init__(space, study, seed=seed)
         self.tolerance = tolerance
-        self.cards: list[ExperimentCard] = []
+        self._cards: list[ExperimentCard] = []
         self.incumbent: dict[str, KnobValue] = space.defaults()
         self.incumbent_result: TrialResult | None = None
         self._queue: deque[dict[str, KnobValue]] = deque([dict(self.incumbent)])
@@ -148,6 +149,10 @@ class GuidedStrategy(Strategy):
         self._tried: set[str] = set()
         self._handed_to_tpe = False
         self._step_note = "baseline: the engine's defaults"
+
+    @property
+    def cards(self) -> Sequence[ExperimentCard]:
+        return self._cards
 
     def _make_sampler(self, seed: int | None) -> optuna.samplers.BaseSampler:
         if self.then == "tpe":
@@ -306,7 +311,7 @@ class GuidedStrategy(Strategy):
         self._lines = lines
         values += [lines[0].head] if lines else []
         self._card = ExperimentCard(
-            step=len(self.cards) + 1, symptom=symptom, evidence=evidence,
+            step=len(self._cards) + 1, symptom=symptom, evidence=evidence,
             hypothesis=(f"{knob} moves the {wall} wall" if in_wall else
                         f"the {wall} wall's own knobs are spent; {knob} may still help"),
             variable=knob, baseline_value=self.incumbent.get(knob), values=values,
@@ -314,7 +319,7 @@ class GuidedStrategy(Strategy):
             controls=self._controls(knob, result, lines=bool(lines)),
             stop_condition=_stop_condition(self.space),
         )
-        self.cards.append(self._card)
+        self._cards.append(self._card)
         verb = "line-search" if lines else "sweep"
         self._step_note = f"step {self._card.step}: {verb} {knob} ({symptom})"
         self._queue.extend({**self.incumbent, knob: v} for v in values)
@@ -432,6 +437,6 @@ class GuidedTPEStrategy(GuidedStrategy):
 
     name = "guided+tpe"
 
-    def __init__(self, space: SearchSpace, study: optuna.Study | None = None, *,
+    def __init__(self, space: SearchSpace, study: StudySource = None, *,
                  seed: int | None = None, tolerance: float = NOISE_TOLERANCE) -> None:
         super().__init__(space, study, seed=seed, tolerance=tolerance, then="tpe")

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import optuna
 
 from tuner.spaces import SearchSpace
-from tuner.strategies._base import Strategy, StrategyError
+from tuner.strategies._base import Strategy, StrategyError, StudySource
 from workers.contracts import KnobValue
 
 __all__ = ["GridStrategy", "RandomStrategy"]
@@ -22,7 +22,7 @@ class GridStrategy(Strategy):
 
     name = "grid"
 
-    def __init__(self, space: SearchSpace, study: optuna.Study | None = None, *,
+    def __init__(self, space: SearchSpace, study: StudySource = None, *,
                  seed: int | None = None, knob: str | None = None) -> None:
         super().__init__(space, study, seed=seed)
         if knob is not None and knob not in space.knobs:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import optuna
 
 from tuner.spaces import SearchSpace
-from tuner.strategies._base import Strategy
+from tuner.strategies._base import Strategy, StudySource
 
 __all__ = ["TPEStrategy"]
 
@@ -21,7 +21,7 @@ class TPEStrategy(Strategy):
 
     name = "tpe"
 
-    def __init__(self, space: SearchSpace, study: optuna.Study | None = None, *,
+    def __init__(self, space: SearchSpace, study: StudySource = None, *,
                  seed: int | None = None, plain: bool = False,
                  n_startup_trials: int = 8) -> None:
         self.plain = plain
