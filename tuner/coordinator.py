@@ -555,7 +555,7 @@ class SweepRunner:
             for handle, result in self.executor.wait(list(pending), timeout_s=HEARTBEAT_S):
                 i, r, gpus = pending.pop(handle)
                 self.gpu_hours += gpu_hours(result, gpus)
-                if (distorted(result) or result.failure == "worker_lost") and \
+                if (distorted(result) or result.failure in TRANSIENT_FAILURES) and \
                         attempts[(i, r)] < MAX_ATTEMPTS:
                     # As in the search: an overloaded client or a lost worker says nothing
                     # about the configuration; run that repeat again.
