@@ -15,7 +15,7 @@ from typing import Any
 from alembic import context
 
 from tuner.db.models import OUR_TABLES, Base
-from tuner.db.session import make_engine
+from tuner.db.session import make_db_engine
 from tuner.settings import get_settings
 
 VERSION_TABLE = "slotune_alembic_version"
@@ -70,7 +70,7 @@ def run_migrations_online() -> None:
         with context.begin_transaction():
             context.run_migrations()
         return
-    engine = make_engine(_database_url())
+    engine = make_db_engine(_database_url())
     try:
         with engine.connect() as conn:
             _configure(connection=conn)
