@@ -91,7 +91,9 @@ class SweepOut(_Out):
 
     @classmethod
     def from_record(cls, record: SweepRecord) -> SweepOut:
-        return cls.model_validate(record.model_dump(exclude={"workload_id"}))
+        data = record.model_dump(exclude={"workload_id"})
+        data["progress"] = SweepProgress.of(record.progress)  # an old row's shapes read too
+        return cls.model_validate(data)
 
 
 _METRIC_KEYS = (

@@ -482,11 +482,6 @@ def _metadata(args: argparse.Namespace) -> dict[str, str]:
     return metadata
 
 
-def _number(value: float) -> str:
-    """A rate as vLLM's file name spells it: ``str(float)`` (4.0, inf) or an int as given."""
-    return str(value)
-
-
 def _result_path(args: argparse.Namespace, workload: Workload, info: ResultInfo,
                  date: str) -> Path:
     if args.result_filename:
@@ -500,7 +495,7 @@ def _result_path(args: argparse.Namespace, workload: Workload, info: ResultInfo,
         if ramp is not None:
             rate = f"ramp-up-{ramp.strategy}-{ramp.start_rps}qps-{ramp.end_rps}qps"
         else:
-            rate = f"{_number(float(arrivals.request_rate))}qps"
+            rate = f"{float(arrivals.request_rate)}qps"  # vLLM's spelling: 4.0qps, infqps
         name = f"{label}-{rate}{conc}-{model}-{date}.json"
     return Path(args.result_dir or ".") / name
 

@@ -27,9 +27,13 @@ async def test_queue_list_get_cancel(client: httpx.AsyncClient, store: Store) ->
     owned = (await client.get("/api/v1/sweeps", params={"owner": "ann"})).json()
     assert [s["id"] for s in owned["data"]] == [first["id"]]
 
-    store.update_sweep(first["id"], progress={"trials_done": 3, "best_objective": 3.9})
+    # the typed progress: every field present, an unknown key or a foreign shape not a 500
+    store.update_sweep(first["id"], progress={"trials": 3, "best_objective": 3.9,
+                                              "done": "three", "legacy": 1})
     got = (await client.get(f"/api/v1/sweeps/{first['id']}")).json()
-    assert got["progress"] == {"trials_done": 3, "best_objective": 3.9}
+    progress = got["progress"]
+    assert (progress["trials"], progress["best_objective"], progress["done"]) == (3, 3.9, 0)
+    assert progress["phase"] == "queued" and "legacy" not in progress
 
     cancelled = await client.post(f"/api/v1/sweeps/{first['id']}/cancel", headers=WRITE)
     assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"

@@ -19,7 +19,6 @@ import sys
 import threading
 import time
 import uuid
-from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -295,8 +294,7 @@ def test_a_stalled_owner_that_wakes_after_a_takeover_touches_nothing_of_its_succ
     # The old owner wakes up: its late result is refused and dropped, its heartbeat finds
     # the lease gone, and it stops without recovering orphans of a sweep it lost.
     late = TrialResult(trial_id="late", status="ok", objective=3.0)
-    stalled._outbox.append(deque([lambda: store.finish_trial(mine.id, late,
-                                                             lease=stalled.lease)]))
+    stalled._outbox.add(lambda: store.finish_trial(mine.id, late, lease=stalled.lease))
     assert stalled._drain() and stalled.lease_lost
     stalled._last_beat = 0.0
     assert stalled._beat() is False
