@@ -57,7 +57,7 @@ from ray.exceptions import (
 )
 
 from workers.contracts import PhaseTimings, TrialResult, TrialSpec
-from workers.engines.base import REDACTED, SECRET_FLAGS, redact_text
+from workers.engines.redact import REDACTED, SECRET_FLAGS, redact_text
 from workers.trial import run_trial
 
 __all__ = [

@@ -18,8 +18,8 @@ from workers.engines.base import (
     classify_failure,
     flag_args,
     parse_startup_log,
-    redact_argv,
 )
+from workers.engines.redact import redact_argv
 from workers.engines.sim import SimEngine
 from workers.engines.vllm import VllmEngine
 

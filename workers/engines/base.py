@@ -5,6 +5,10 @@ shell string) and an environment, starts the server in its own process group wit
 log in a file, waits for ``/health`` while watching the process, and tears the whole
 group down.
 
+The process machinery (log pump, parent-death signal, ports) is in
+:mod:`workers.engines.process`, redaction in :mod:`workers.engines.redact`, log
+patterns in :mod:`workers.engines._log_patterns`; this module is the contract.
+
 Contract (every adapter; ``tests/workers/engines/test_adapters.py`` runs one suite
 against each):
 
@@ -29,22 +33,16 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
-import ctypes
 import enum
 import json
 import os
-import re
 import signal
-import socket
 import subprocess
-import sys
-import threading
 import time
-from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import IO, TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import httpx
 
@@ -52,86 +50,20 @@ from workers.contracts import EngineFacts, FailureClass, KnobValue, TrialSpec
 from workers.engines._log_patterns import classify_failure as classify_failure
 from workers.engines._log_patterns import error_sentence
 from workers.engines._log_patterns import parse_startup_log as parse_startup_log
+from workers.engines.process import (
+    LOG_TAIL_LINES,
+    LogPump,
+    die_with_parent,
+    free_port,
+    log_budget_bytes,
+)
+from workers.engines.redact import REDACTED, argv_secrets, redact_argv, redact_text
 
 if TYPE_CHECKING:
     from workers.gpu import GPUProbe
 
-LOG_TAIL_LINES = 40
-SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|APIKEY|CREDENTIAL)", re.IGNORECASE)
-SECRET_FLAGS = frozenset({"--api-key", "--hf-token", "--ssl-keyfile-password"})
 BASE_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV")
 """Variables every engine inherits; anything else must be on the spec's allow-list."""
-REDACTED = "***"
-DEFAULT_LOG_BUDGET_BYTES = 32 << 20
-"""Disk an engine's log may take (``SLOTUNE_ENGINE_LOG_MAX_BYTES`` overrides it)."""
-LOG_TAIL_KEEP_BYTES = 256 << 10
-"""Past the budget, this much of the newest output is still kept (for the crash's end)."""
-
-
-def log_budget_bytes() -> int:
-    raw = os.environ.get("SLOTUNE_ENGINE_LOG_MAX_BYTES")
-    return max(64 << 10, int(raw)) if raw and raw.isdigit() else DEFAULT_LOG_BUDGET_BYTES
-
-
-class LogPump(threading.Thread):
-    """Copies an engine's output to its log file within a byte budget.
-
-    The first ``budget − tail`` bytes go to the file as they come; past that, only the
-    newest ``tail`` bytes are kept (in memory, then appended when the engine exits), with
-    a line saying how much was dropped. The pipe is always drained, so a chatty engine
-    never blocks on a full pipe and never fills the disk.
-    """
-
-    def __init__(self, pipe: IO[bytes], path: Path, budget: int) -> None:
-        super().__init__(name=f"log-pump-{path.parent.name}", daemon=True)
-        self.pipe = pipe
-        self.path = path
-        self.head_budget = max(0, budget - min(LOG_TAIL_KEEP_BYTES, budget // 4))
-        self.tail_budget = budget - self.head_budget
-        self.written = 0
-        self.dropped = 0
-        self._tail: deque[bytes] = deque()
-        self._tail_bytes = 0
-        self._lock = threading.Lock()
-
-    def run(self) -> None:
-        with self.path.open("wb") as out:
-            for line in iter(self.pipe.readline, b""):
-                with self._lock:
-                    if self.written + len(line) <= self.head_budget and not self.dropped:
-                        out.write(line)
-                        out.flush()
-                        self.written += len(line)
-                        continue
-                    self._tail.append(line)
-                    self._tail_bytes += len(line)
-                    while self._tail_bytes > self.tail_budget and self._tail:
-                        gone = self._tail.popleft()
-                        self._tail_bytes -= len(gone)
-                        self.dropped += len(gone)
-            with self._lock:
-                if self.dropped:
-                    out.write(self._marker())
-                out.writelines(self._tail)
-        self.pipe.close()
-
-    def _marker(self) -> bytes:
-        return (f"[slotune: {self.dropped:,} bytes of engine log dropped here — over the "
-                f"log budget (SLOTUNE_ENGINE_LOG_MAX_BYTES)]\n").encode()
-
-    def text(self) -> str:
-        """Everything kept so far (the file's head, the marker, the newest output)."""
-        with self._lock:
-            tail = b"".join(self._tail)
-            marker = self._marker() if self.dropped else b""
-            alive = self.is_alive()
-        try:
-            head = self.path.read_bytes()
-        except FileNotFoundError:
-            head = b""
-        if not alive:
-            return head.decode(errors="replace")  # the file is complete now
-        return (head + marker + tail).decode(errors="replace")
 
 
 class EngineState(enum.Enum):
@@ -161,62 +93,6 @@ class InvalidEngineArgs(EngineFailure):
         super().__init__("invalid_config", message)
 
 
-def redact_argv(argv: Sequence[str]) -> list[str]:
-    """The argv with the values of secret-bearing flags replaced."""
-    out: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            out.append(REDACTED)
-            hide_next = False
-            continue
-        flag, eq, _ = arg.partition("=")
-        if flag in SECRET_FLAGS:
-            if eq:
-                out.append(f"{flag}={REDACTED}")
-            else:
-                out.append(arg)
-                hide_next = True
-            continue
-        out.append(arg)
-    return out
-
-
-def redact_text(text: str, env: Mapping[str, str]) -> str:
-    """Hide the values of secret environment variables wherever they appear in ``text``."""
-    for name, value in env.items():
-        if value and len(value) >= 4 and SECRET_NAME.search(name):
-            text = text.replace(value, REDACTED)
-    return text
-
-
-def _argv_secrets(argv: Sequence[str]) -> list[str]:
-    """Values of secret-bearing flags, to scrub from the engine's log as well."""
-    secrets = []
-    for i, arg in enumerate(argv):
-        flag, eq, value = arg.partition("=")
-        if flag in SECRET_FLAGS:
-            if eq and value:
-                secrets.append(value)
-            elif i + 1 < len(argv):
-                secrets.append(argv[i + 1])
-    return [s for s in secrets if len(s) >= 4]
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
-    """Linux: the engine gets SIGKILL if the process that launched it dies.
-
-    The engine runs in its own session (so teardown can kill its whole group), which
-    also means a killed Ray worker would otherwise leave it running, holding the GPU.
-    """
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-_PR_SET_PDEATHSIG = 1
-
-
 def flag_args(flags: Mapping[str, KnobValue]) -> list[str]:
     """vLLM-style arguments: ``--name=value``; booleans ``--x``/``--no-x``; objects as JSON."""
     out: list[str] = []
@@ -233,12 +109,6 @@ def flag_args(flags: Mapping[str, KnobValue]) -> list[str]:
         else:
             out.append(f"{flag}={value}")
     return out
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class EngineAdapter(abc.ABC):
@@ -330,12 +200,12 @@ class EngineAdapter(abc.ABC):
         self._env = self.environment()
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.argv_redacted = redact_argv(argv)
-        self._secrets = _argv_secrets(argv)
+        self._secrets = argv_secrets(argv)
         try:
             self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, env=self._env,
                                          cwd=self.workdir, start_new_session=True,
-                                         preexec_fn=_die_with_parent)
+                                         preexec_fn=die_with_parent)
         except OSError as exc:  # no such executable, not executable, …
             self.state = EngineState.FAILED
             raise EngineFailure(

@@ -19,7 +19,7 @@ from tests.tuner.api.data import TOKEN
 from tests.tuner.db.conftest import PostgresDatabases
 from tuner.api import create_app
 from tuner.db import migrate
-from workers.engines.base import free_port
+from workers.engines.process import free_port
 
 SLOTUNE = Path(sys.executable).parent / "slotune"
 
