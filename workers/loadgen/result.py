@@ -39,7 +39,7 @@ from workers.loadgen.arrivals import request_rates
 from workers.loadgen.client import Endpoint, RequestRecord
 from workers.loadgen.diagnosis import Diagnosis
 from workers.loadgen.runner import BenchmarkRun
-from workers.loadgen.scoring import DEFAULT_PERCENTILES, Score
+from workers.loadgen.scoring import DEFAULT_PERCENTILES, MetricSummary, Score, summarize
 
 __all__ = [
     "OURS",
@@ -103,13 +103,13 @@ def _finite(x: float | None) -> float | None:
     return None if x is None or not math.isfinite(x) else x
 
 
-def _stats(values_s: Sequence[float], percentiles: Sequence[float]) -> dict[str, float]:
-    """mean / median / std / percentiles in ms, vLLM's way (an empty list reads as 0)."""
-    data = np.asarray(values_s if values_s else [0.0], dtype=float) * 1000.0
-    out = {"mean": float(np.mean(data)), "median": float(np.median(data)),
-           "std": float(np.std(data))}
+def _stat_fields(metric: str, summary: MetricSummary, percentiles: Sequence[float]
+                 ) -> dict[str, float]:
+    """vLLM's field names for one metric's statistics (``mean_ttft_ms``, ``p99_ttft_ms``, …)."""
+    out = {f"mean_{metric}_ms": summary.mean, f"median_{metric}_ms": summary.median,
+           f"std_{metric}_ms": summary.std}
     for p in percentiles:
-        out[f"p{percentile_key(p)}"] = float(np.percentile(data, p))
+        out[f"p{percentile_key(p)}_{metric}_ms"] = summary.percentiles[p]
     return out
 
 
@@ -227,12 +227,7 @@ def build_result(
     for metric in info.percentile_metrics:
         if metric in QUEUE_METRICS:
             continue
-        summary = score.summaries[metric]
-        doc[f"mean_{metric}_ms"] = summary.mean
-        doc[f"median_{metric}_ms"] = summary.median
-        doc[f"std_{metric}_ms"] = summary.std
-        for p in info.percentiles:
-            doc[f"p{percentile_key(p)}_{metric}_ms"] = summary.percentiles[p]
+        doc.update(_stat_fields(metric, score.summaries[metric], info.percentiles))
     if arrivals.max_concurrency is not None:
         ok = [r for r in records if r.success]
         queued = {"client_queue_time": [_queue_time(r) for r in ok]}
@@ -240,8 +235,8 @@ def build_result(
             queued["e2el_including_client_queue"] = [_latency(r) + _queue_time(r) for r in ok]
         for metric, values in queued.items():
             if metric in info.percentile_metrics:
-                doc.update({f"{k}_{metric}_ms": v
-                            for k, v in _stats(values, info.percentiles).items()})
+                doc.update(_stat_fields(metric, summarize(values, info.percentiles),
+                                        info.percentiles))
     if not info.detailed:
         for key in DETAILED:
             del doc[key]

@@ -46,6 +46,7 @@ __all__ = [
     "percentile",
     "request_metrics",
     "score",
+    "summarize",
     "violated_metrics",
 ]
 
@@ -193,7 +194,8 @@ def violated_metrics(record: RequestRecord, slo: SLO) -> list[SLOMetric]:
     return [m for m, t in targets.items() if metrics.value(m) * _MS > t]
 
 
-def _summary(values_s: Sequence[float], percentiles: Iterable[float]) -> MetricSummary:
+def summarize(values_s: Sequence[float], percentiles: Iterable[float]) -> MetricSummary:
+    """mean / median / std / percentiles in ms of values in seconds (empty reads as 0)."""
     ms = [v * _MS for v in values_s]
     if not ms:
         return MetricSummary(0.0, 0.0, 0.0, {p: 0.0 for p in percentiles})
@@ -256,10 +258,10 @@ def score(
     good = [m for _, m in ok if all(m.value(k) * _MS <= t for k, t in targets.items())]
     good_tokens = sum(m.output_tokens for m in good)
     summaries = {
-        "ttft": _summary([m.ttft for _, m in ok], pcts),
-        "tpot": _summary([m.tpot for _, m in ok if m.tpot is not None], pcts),
-        "itl": _summary([g for _, m in ok for g in m.itls], pcts),
-        "e2el": _summary([m.e2el for _, m in ok], pcts),
+        "ttft": summarize([m.ttft for _, m in ok], pcts),
+        "tpot": summarize([m.tpot for _, m in ok if m.tpot is not None], pcts),
+        "itl": summarize([g for _, m in ok for g in m.itls], pcts),
+        "e2el": summarize([m.e2el for _, m in ok], pcts),
     }
     checks = [
         _check(k, t, _gate_values(k, per_request), slo.percentile) for k, t in targets.items()
