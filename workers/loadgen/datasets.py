@@ -17,7 +17,8 @@ in tokens, and a custom prompt's chat template, come from a :class:`TextTokenize
 the server's own when benchmarking one (:mod:`workers.loadgen.tokens`), words when the
 engine is simulated. They are shuffled and topped up with Python's ``random`` seeded as
 vLLM seeds it, so both tools draw the same prompts in the same order; their warm-up is
-the first measured request repeated, as ``vllm bench serve --num-warmups`` does.
+the first measured request repeated, as ``vllm bench serve --num-warmups`` does
+(:func:`sample_run`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import json
 import math
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -50,6 +51,7 @@ __all__ = [
     "TextTokenizer",
     "dataset_kinds",
     "sample_requests",
+    "sample_run",
     "words",
 ]
 
@@ -261,7 +263,7 @@ _MIN_LEN, _MAX_PROMPT_LEN, _MAX_TOTAL_LEN = 4, 1024, 2048
 
 
 def _sharegpt(
-    cfg: ShareGPTDataset, n: int, seed: int, stream: int, files: _Files
+    cfg: ShareGPTDataset, n: int, seed: int, _: int, files: _Files
 ) -> list[RequestSpec]:
     path = files.resolve(cfg.path)
     try:
@@ -295,11 +297,11 @@ def _sharegpt(
         raise DatasetError(f"ShareGPT file {path}: no conversation with two turns and "
                            f"lengths vLLM keeps (prompt {_MIN_LEN}–{_MAX_PROMPT_LEN} tokens, "
                            f"prompt + output ≤ {_MAX_TOTAL_LEN})")
-    return _file_requests(out, n, seed, stream, cfg.oversample)
+    return _file_requests(out, n, seed, cfg.oversample)
 
 
 def _custom(
-    cfg: CustomDataset, n: int, seed: int, stream: int, files: _Files
+    cfg: CustomDataset, n: int, seed: int, _: int, files: _Files
 ) -> list[RequestSpec]:
     path = files.resolve(cfg.path)
     if path.suffix != ".jsonl":
@@ -335,18 +337,16 @@ def _custom(
             continue
         ids = tuple(files.tokenizer.chat_prompt(text, cfg.chat_template_kwargs))
         out.append(RequestSpec(text, len(ids), output_len, token_ids=ids))
-    return _file_requests(out, n, seed, stream, cfg.oversample)
+    return _file_requests(out, n, seed, cfg.oversample)
 
 
 def _file_requests(
-    sampled: list[RequestSpec], n: int, seed: int, stream: int, oversample: bool
+    sampled: list[RequestSpec], n: int, seed: int, oversample: bool
 ) -> list[RequestSpec]:
-    """vLLM's top-up (draws with replacement, reseeded) and warm-up (request 0 repeated)."""
+    """vLLM's top-up: draws with replacement, reseeded."""
     if oversample and len(sampled) < n:
         rng = random.Random(seed)
         sampled = sampled + [rng.choice(sampled) for _ in range(n - len(sampled))]
-    if stream == WARMUP_STREAM:
-        return [replace(sampled[0], arrival_offset_s=None)] * n
     return sampled
 
 
@@ -388,3 +388,25 @@ def sample_requests(
         raise DatasetError(f"unknown dataset kind {config.kind!r}; valid: {', '.join(_REGISTRY)}")
     stream = WARMUP_STREAM if warmup else MEASURED_STREAM
     return sampler(config, n, seed, stream, _Files(base_dir, tokenizer))
+
+
+def sample_run(
+    config: DatasetConfig,
+    n: int,
+    n_warmup: int,
+    seed: int,
+    *,
+    base_dir: Path | None = None,
+    tokenizer: TextTokenizer = WORD_TOKENIZER,
+) -> tuple[list[RequestSpec], list[RequestSpec]]:
+    """A run's measured requests and its warm-up ones.
+
+    The ShareGPT and custom files warm up as ``vllm bench serve --num-warmups`` does, on
+    the first measured request repeated: taken from the measured ones, so the file is
+    read and tokenized once. Every other dataset draws its warm-up stream.
+    """
+    measured = sample_requests(config, n, seed, base_dir=base_dir, tokenizer=tokenizer)
+    if isinstance(config, ShareGPTDataset | CustomDataset):
+        return measured, [measured[0]] * n_warmup if measured and n_warmup > 0 else []
+    return measured, sample_requests(config, n_warmup, seed, warmup=True, base_dir=base_dir,
+                                     tokenizer=tokenizer)

@@ -33,7 +33,7 @@ from workers.loadgen.client import (
     endpoint_path,
     send_request,
 )
-from workers.loadgen.datasets import WORD_TOKENIZER, RequestSpec, TextTokenizer, sample_requests
+from workers.loadgen.datasets import WORD_TOKENIZER, RequestSpec, TextTokenizer, sample_run
 from workers.loadgen.scoring import allowed_violations, violated_metrics
 from workers.loadgen.scrape import MetricsScraper, ScrapeSummary
 from workers.loadgen.tokens import ServerTokenizer, TokenPool, fetch_token_pool
@@ -364,11 +364,8 @@ async def _sample(
 
     def draw() -> tuple[list[RequestSpec], list[RequestSpec]]:
         try:
-            specs = sample_requests(workload.dataset, workload.num_prompts, workload.seed,
-                                    base_dir=base_dir, tokenizer=tokenizer)
-            warm = sample_requests(workload.dataset, workload.warmup_requests, workload.seed,
-                                   warmup=True, base_dir=base_dir, tokenizer=tokenizer)
-            return specs, warm
+            return sample_run(workload.dataset, workload.num_prompts, workload.warmup_requests,
+                              workload.seed, base_dir=base_dir, tokenizer=tokenizer)
         finally:
             if server is not None:
                 server.close()

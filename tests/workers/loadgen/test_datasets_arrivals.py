@@ -20,7 +20,7 @@ from workers.contracts import (
     TraceDataset,
 )
 from workers.loadgen.arrivals import arrival_offsets
-from workers.loadgen.datasets import DatasetError, sample_requests
+from workers.loadgen.datasets import DatasetError, sample_requests, sample_run
 from workers.loadgen.workload_files import WorkloadError, builtin_workloads, load_workload
 
 
@@ -178,7 +178,8 @@ def test_sharegpt_prunes_like_vllm_shuffles_by_seed_and_tops_up(tmp_path: Path) 
     assert len(topped) == 50 and {r.prompt for r in topped} <= set(prompts)
     exact = sample_requests(ShareGPTDataset(path=str(path), oversample=False), 50, 0)
     assert len(exact) == 30
-    warm = sample_requests(ShareGPTDataset(path=str(path)), 3, 0, warmup=True)
+    measured, warm = sample_run(ShareGPTDataset(path=str(path)), 30, 3, 0)
+    assert [r.prompt for r in measured] == texts
     assert [r.prompt for r in warm] == [texts[0]] * 3  # vLLM warms up on request 0
 
 
