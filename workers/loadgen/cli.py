@@ -49,7 +49,7 @@ from workers.loadgen.result import (
     reserved_key,
     write_result,
 )
-from workers.loadgen.runner import BenchmarkRun, ServerUnreachable, first_model, run_benchmark_sync
+from workers.loadgen.runner import BenchmarkRun, ServerUnreachable, run_benchmark_sync
 from workers.loadgen.scoring import score
 from workers.loadgen.workload_files import WorkloadError, builtin_workloads, load_workload
 
@@ -584,13 +584,6 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
                   "is written (vllm bench serve's rule)")
     options = _options(args, workload, err)
     verify = not args.insecure
-    model_id = args.model or first_model(base_url, dict(options.headers), verify=verify,
-                                         wait_s=float(args.ready_check_timeout_sec))
-    served = args.served_model_name or model_id
-    info = ResultInfo(backend=backend, label=args.label, model_id=model_id,
-                      tokenizer_id=args.tokenizer or model_id, metadata=metadata,
-                      percentile_metrics=metrics, percentiles=pcts,
-                      detailed=args.save_detailed, goodput=bool(slo.targets))
     progress = Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
         TextColumn("{task.fields[failed]} failed"), TimeElapsedColumn(),
@@ -606,17 +599,23 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         progress.update(task, completed=done, total=total, failed=failures)
 
     with progress:
-        run = run_benchmark_sync(
-            base_url, served, workload, slo, endpoint=endpoint, path=path,
+        run = run_benchmark_sync(  # no model named: the server's first, as vLLM does
+            base_url, args.served_model_name or args.model, workload, slo, endpoint=endpoint,
+            path=path,
             time_scale=args.time_scale, early_abort=args.early_abort,
             scrape_metrics=not args.no_scrape, base_dir=base_dir, progress=tick,
             options=options, ready_timeout_s=float(args.ready_check_timeout_sec),
             verify_tls=verify,
         )
+    model_id = args.model or run.listed_model or run.model
+    info = ResultInfo(backend=backend, label=args.label, model_id=model_id,
+                      tokenizer_id=args.tokenizer or model_id, metadata=metadata,
+                      percentile_metrics=metrics, percentiles=pcts,
+                      detailed=args.save_detailed, goodput=bool(slo.targets))
     aborted = run.early_abort.reason if run.early_abort else None
     sc = score(run.records, run.duration_s, slo, pcts, aborted=aborted)
     diagnosis = diagnose(run.scrape, sc, slo)
-    doc = build_result(run=run, score=sc, workload=workload, slo=slo, model=served,
+    doc = build_result(run=run, score=sc, workload=workload, slo=slo, model=run.model,
                        endpoint=endpoint, base_url=base_url, diagnosis=diagnosis, info=info)
     print("\n".join(_summary(doc, metrics, pcts)))
     print("\n".join(_verdict(run, doc, slo, diagnosis)))

@@ -45,7 +45,6 @@ __all__ = [
     "EarlyAbort",
     "SendLag",
     "ServerUnreachable",
-    "first_model",
     "run_benchmark",
     "run_benchmark_sync",
 ]
@@ -112,6 +111,10 @@ class BenchmarkRun:
     warnings: list[str] = field(default_factory=list)
     prompts_as: str = "text"
     """How prompts were sent: ``token ids`` of the server's tokenizer, or ``text``."""
+    model: str = ""
+    """The model name the requests carried."""
+    listed_model: str | None = None
+    """The first model the server listed at ``/v1/models``."""
 
 
 class AbortMonitor:
@@ -152,42 +155,27 @@ def _unreachable(base_url: str, exc: httpx.HTTPError) -> ServerUnreachable:
                              + (f" ({exc})" if str(exc) else ""))
 
 
-async def _preflight(client: httpx.AsyncClient, base_url: str, ready_timeout_s: float) -> None:
-    """Fail fast when nothing answers; with a ready timeout, wait up to it for an answer."""
+async def _preflight(client: httpx.AsyncClient, base_url: str,
+                     ready_timeout_s: float) -> str | None:
+    """Fail fast when nothing answers (with a ready timeout, wait up to it for an answer);
+    the first model the server lists at ``/v1/models``, if it lists one."""
     deadline = time.monotonic() + ready_timeout_s
     while True:
         try:
-            await client.get("/v1/models", timeout=10.0)
-            return
-        except httpx.HTTPError as exc:
-            if time.monotonic() >= deadline:
-                raise _unreachable(base_url, exc) from exc
-        await asyncio.sleep(1.0)
-
-
-def first_model(base_url: str, headers: dict[str, str] | None = None, *,
-                verify: bool = True, wait_s: float = 0.0) -> str:
-    """The first model the server lists at ``/v1/models`` (vLLM's default ``--model``),
-    waiting up to ``wait_s`` for a server that does not answer yet."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            response = httpx.get(f"{base_url.rstrip('/')}/v1/models", headers=headers,
-                                 timeout=10.0, verify=verify)
+            response = await client.get("/v1/models", timeout=10.0)
             break
         except httpx.HTTPError as exc:
             if time.monotonic() >= deadline:
                 raise _unreachable(base_url, exc) from exc
-        time.sleep(1.0)
+        await asyncio.sleep(1.0)
     try:
         models = response.json().get("data") if response.status_code == 200 else None
-    except ValueError:
-        models = None
-    if not models or not isinstance(models, list) or not isinstance(models[0], dict) \
-            or not isinstance(models[0].get("id"), str):
-        raise ServerUnreachable(f"the server at {base_url} lists no model at /v1/models "
-                                f"(HTTP {response.status_code}); pass --model")
-    return str(models[0]["id"])
+    except (ValueError, AttributeError):
+        return None
+    if isinstance(models, list) and models and isinstance(models[0], dict) \
+            and isinstance(models[0].get("id"), str):
+        return str(models[0]["id"])
+    return None
 
 
 def _prompt(spec: RequestSpec, pool: TokenPool | None, endpoint: Endpoint) -> str | list[int]:
@@ -236,7 +224,7 @@ async def _warmup(
 
 async def run_benchmark(
     base_url: str,
-    model: str,
+    model: str | None,
     workload: Workload,
     slo: SLO | None = None,
     *,
@@ -254,9 +242,10 @@ async def run_benchmark(
 ) -> BenchmarkRun:
     """Warm up, then send ``workload.num_prompts`` requests on schedule and record them.
 
-    ``options`` shape every request (a trial's, by default); ``ready_timeout_s`` waits
-    that long for a server that does not answer yet (vLLM's ``--ready-check-timeout-sec``)
-    and for its first request to succeed. Raises :class:`ServerUnreachable` when the
+    ``model`` None asks the server (the first of ``/v1/models``). ``options`` shape
+    every request (a trial's, by default); ``ready_timeout_s`` waits that long for a
+    server that does not answer yet (vLLM's ``--ready-check-timeout-sec``) and for its
+    first request to succeed. Raises :class:`ServerUnreachable` when the
     server does not answer at all; every other failure is a record with its error.
     """
     if time_scale <= 0 or not math.isfinite(time_scale):
@@ -274,7 +263,11 @@ async def run_benchmark(
                 connector=aiohttp.TCPConnector(limit=0, ssl=verify_tls),
                 headers=dict(options.headers),
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=10.0)) as session:
-        await _preflight(client, base_url, ready_timeout_s)
+        listed = await _preflight(client, base_url, ready_timeout_s)
+        model = model or listed  # vLLM's default --model: the server's first
+        if model is None:
+            raise ServerUnreachable(f"the server at {base_url} lists no model at /v1/models; "
+                                    "pass --model")
         specs, warm_specs = await _sample(workload, base_dir, base_url, model, options,
                                           verify_tls)
         n = len(specs)  # a trace may hold fewer
@@ -348,6 +341,8 @@ async def run_benchmark(
         early_abort=abort,
         warnings=warnings,
         prompts_as="token ids" if pool is not None else "text",
+        model=model,
+        listed_model=listed,
     )
 
 
