@@ -101,6 +101,11 @@ class GpuShare:
             self._active.discard(sweep_id)
             self._held.pop(sweep_id, None)
 
+    def active(self) -> int:
+        """How many sweeps share the GPUs now."""
+        with self._lock:
+            return len(self._active)
+
     def acquire(self, sweep_id: int, gpus: int) -> bool:
         with self._lock:
             if not self._fits(sweep_id, gpus):
@@ -774,7 +779,21 @@ class Coordinator:
             stop.wait(poll_s)
 
     def _claim_and_start(self) -> None:
-        while len(self._threads) < self.max_sweeps:
+        # Every sweep claimed in one pass joins the GPU share before any of them starts:
+        # sweeps queued together split the GPUs from their first trial, instead of the
+        # first one taking them all while the next is still being set up.
+        claimed: list[tuple[int, SweepRunner]] = []
+        try:
+            self._claim(claimed)
+        finally:
+            for sweep_id, runner in claimed:
+                thread = threading.Thread(target=runner.run, name=f"sweep-{sweep_id}",
+                                          daemon=True)
+                self._threads[sweep_id] = thread
+                thread.start()
+
+    def _claim(self, claimed: list[tuple[int, SweepRunner]]) -> None:
+        while len(self._threads) + len(claimed) < self.max_sweeps:
             sweep = self.store.claim_next_sweep(self.coordinator_id,
                                                 stale_after_s=STALE_AFTER_S)
             if sweep is None:
@@ -791,10 +810,8 @@ class Coordinator:
                                         stop_reason=f"cannot start: {exc}"[:500],
                                         lease=sweep.lease)
                 continue
-            thread = threading.Thread(target=runner.run, name=f"sweep-{sweep.id}",
-                                      daemon=True)
-            self._threads[sweep.id] = thread
-            thread.start()
+            self.share.join(sweep.id)
+            claimed.append((sweep.id, runner))
 
 
 class _Outage:

@@ -37,7 +37,9 @@ class RecordingExecutor(TrialExecutor):
         self.lose = lose or set()
         self.overload = overload or set()
         self.in_flight: dict[Hashable, str] = {}
-        self.peak: Counter[str] = Counter()
+        self.peak: Counter[str] = Counter()  # most trials at once, while others shared
+        self.share: GpuShare | None = None
+        self.sharing_at_first_submit: int | None = None
         self._lock = threading.Lock()
 
     def submit(self, spec: TrialSpec) -> Hashable:
@@ -47,7 +49,11 @@ class RecordingExecutor(TrialExecutor):
             sweep = spec.trial_id.split("-")[0]
             self.in_flight[handle] = sweep
             running = Counter(self.in_flight.values())
-            self.peak[sweep] = max(self.peak[sweep], running[sweep])
+            if self.share is not None and self.sharing_at_first_submit is None:
+                self.sharing_at_first_submit = self.share.active()
+            if self.share is None or self.share.active() > 1:
+                for name, count in running.items():
+                    self.peak[name] = max(self.peak[name], count)
             return handle
 
     def wait(self, handles: list[Hashable], timeout_s: float) -> list[tuple[Hashable, TrialResult]]:
@@ -204,13 +210,18 @@ def test_guided_writes_its_experiment_cards(store: Store, migrated_url: str) -> 
 def test_sweeps_at_once_share_the_gpus_fairly(store: Store, migrated_url: str) -> None:
     executor = RecordingExecutor(gpus=4)
     coordinator = Coordinator(store, executor, database_url=migrated_url)
+    executor.share = coordinator.share
     ids = [queue_sweep(store, lab("random", max_trials=10, confirm_top=0)).id for _ in range(2)]
     coordinator.serve(poll_s=0.1, once=True)
     for sweep_id in ids:
         final = store.get_sweep(sweep_id)
         assert final.status == "done", final.stop_reason
         assert len(store.list_trials(sweep_id).data) == 10
-    # Neither sweep held more than its half of the four GPUs while both ran.
+    # Sweeps claimed together split the GPUs from the first trial on: the first one does
+    # not start alone and take them all while the second is still being set up.
+    assert executor.sharing_at_first_submit == 2
+    # Both ran at once, and neither held more than its half of the four GPUs meanwhile.
+    assert set(executor.peak) == {f"s{i}" for i in ids}
     assert max(executor.peak.values()) <= 2
 
 
