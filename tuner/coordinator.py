@@ -16,7 +16,11 @@ alone. A :class:`SweepRunner` drives one claimed sweep:
    the winner is the best lower confidence bound; its trial is marked ``confirmed``.
 
 Three roles stay apart: the executor runs trials, the strategy says what to try, the
-budget says whether to continue.
+budget says whether to continue. The runner wires the parts that each do one job:
+:mod:`tuner.study` (the Optuna study and strategy), :mod:`tuner.launcher` (GPU share,
+in-flight trials, retries by failure class), :mod:`tuner.outbox` (results waiting for
+the database), :mod:`tuner.confirmation` (the repeats and the winner) and
+:mod:`tuner.progress` (what the CLI, the API and the dashboard read).
 
 Every write a runner makes for its sweep carries the :class:`~tuner.db.records.Lease` its
 claim returned. When the store refuses one (:class:`LeaseLost`: the sweep was claimed
@@ -31,7 +35,7 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -39,9 +43,11 @@ from typing import Any
 import optuna
 from sqlalchemy import exc as sa_exc
 
+from tuner.confirmation import ConfirmationPhase, top_configurations
 from tuner.db.errors import Conflict, LeaseLost, StorageUnavailable
 from tuner.db.records import Lease, SweepRecord, TrialRecord
 from tuner.executors import TrialExecutor
+from tuner.launcher import GpuShare, Launched, TrialLauncher, gpu_hours, retry_as
 from tuner.outbox import Outbox
 from tuner.progress import Phase, SweepProgress
 from tuner.spaces import SearchSpace
@@ -50,21 +56,16 @@ from tuner.strategies import (
     NOISE_TOLERANCE,
     Proposal,
     Strategy,
-    confirm,
     make_strategy,
-    params_key,
-    rank,
     unplaceable_result,
 )
 from tuner.study import sweep_study
 from tuner.sweeps import SweepBudget, resolve_space
-from workers.contracts import TRANSIENT_FAILURES, KnobValue, TrialResult, TrialSpec
-from workers.loadgen.result import slotune_fields
+from workers.contracts import KnobValue, TrialResult, TrialSpec
+from workers.engines import adapter_for
 
 log = logging.getLogger(__name__)
 
-MAX_ATTEMPTS = 3
-"""A trial whose worker is lost is retried this many times in all."""
 HEARTBEAT_S = 2.0
 STALE_AFTER_S = 15.0
 """A running sweep whose coordinator has not beaten for this long may be taken over
@@ -76,57 +77,6 @@ TRANSIENT_STORAGE_ERRORS: tuple[type[Exception], ...] = (
     StorageUnavailable, optuna.exceptions.StorageInternalError, sa_exc.OperationalError,
     sa_exc.InterfaceError)
 """The database (ours or Optuna's, the same server) is down or restarting: retry later."""
-
-
-class GpuShare:
-    """GPUs shared fairly between the sweeps one coordinator runs at once.
-
-    A sweep may hold at most its fair share (capacity ÷ active sweeps, at least one
-    trial's worth) while others wait, and everything when it runs alone.
-    """
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = max(1, capacity)
-        self._held: dict[int, int] = {}
-        self._active: set[int] = set()
-        self._lock = threading.Lock()
-
-    def join(self, sweep_id: int) -> None:
-        with self._lock:
-            self._active.add(sweep_id)
-            self._held.setdefault(sweep_id, 0)
-
-    def leave(self, sweep_id: int) -> None:
-        with self._lock:
-            self._active.discard(sweep_id)
-            self._held.pop(sweep_id, None)
-
-    def active(self) -> int:
-        """How many sweeps share the GPUs now."""
-        with self._lock:
-            return len(self._active)
-
-    def acquire(self, sweep_id: int, gpus: int) -> bool:
-        with self._lock:
-            if not self._fits(sweep_id, gpus):
-                return False
-            self._held[sweep_id] = self._held.get(sweep_id, 0) + gpus
-            return True
-
-    def could_fit(self, sweep_id: int, gpus: int) -> bool:
-        """Whether an acquire of ``gpus`` would succeed now (without taking them)."""
-        with self._lock:
-            return self._fits(sweep_id, gpus)
-
-    def _fits(self, sweep_id: int, gpus: int) -> bool:
-        """Free GPUs for it, within the sweep's fair share (caller holds the lock)."""
-        used = sum(self._held.values())
-        fair = max(gpus, self.capacity // max(1, len(self._active)))
-        return used + gpus <= self.capacity and self._held.get(sweep_id, 0) + gpus <= fair
-
-    def release(self, sweep_id: int, gpus: int) -> None:
-        with self._lock:
-            self._held[sweep_id] = max(0, self._held.get(sweep_id, 0) - gpus)
 
 
 @dataclass
@@ -153,35 +103,11 @@ class Budget:
 
 
 @dataclass
-class _Running:
+class _Attempt:
+    """A search trial in flight: its stored row and the proposal it answers."""
+
     row: TrialRecord
     proposal: Proposal
-    spec: TrialSpec
-    gpus: int
-
-
-_DISCARDED = "client-bound: the load generator could not keep its schedule"
-
-
-def distorted(result: TrialResult) -> bool:
-    """An ok run that failed its gate while the client itself was overloaded."""
-    return (result.status == "ok" and not result.gate_passed
-            and bool(slotune_fields(result.metrics).get("client_bound")))
-
-
-def discarded(result: TrialResult) -> TrialResult:
-    """The distorted run, recorded as a failed attempt that says why (then retried)."""
-    lag = (slotune_fields(result.metrics).get("send_lag_ms") or {}).get("p99")
-    detail = f" (p99 send lag {lag:.1f} ms)" if isinstance(lag, int | float) else ""
-    return TrialResult.model_validate({
-        **result.model_dump(), "status": "failed", "failure": "client_bound",
-        "objective": 0.0, "constraints": {"fits": -1.0},
-        "failure_message": f"{_DISCARDED}{detail}; measurement discarded and retried",
-    })
-
-
-def gpu_hours(result: TrialResult, gpus: int) -> float:
-    return result.timings.total_s * max(1, gpus) / 3600.0
 
 
 class SweepRunner:
@@ -199,13 +125,14 @@ class SweepRunner:
         self.coordinator_id = coordinator_id
         self.database_url = database_url
         self.share = share or GpuShare(executor.capacity())
+        self.trials: TrialLauncher[_Attempt] = TrialLauncher(executor, self.share, sweep.id)
+        """The search's trials in flight."""
         self.on_progress = on_progress
         self.space: SearchSpace = resolve_space(sweep.space)
         budget = dict(sweep.budget)
         self.seed = int(budget.pop("seed", 0))
         self.budget = Budget(SweepBudget.model_validate(budget))
         self.strategy: Strategy = self._strategy()
-        self.running: dict[Hashable, _Running] = {}
         self.results: list[tuple[TrialRecord, TrialResult]] = []
         self.gpu_hours = 0.0
         self.best: tuple[float, int] | None = None
@@ -294,10 +221,9 @@ class SweepRunner:
                 return "cancelled"
             if not self._drain():
                 # The database is away: trials keep running, their results wait here.
-                if self.running:
-                    for handle, result in self.executor.wait(list(self.running),
-                                                             timeout_s=HEARTBEAT_S):
-                        self._finished(handle, result)
+                if len(self.trials):
+                    for launched, result in self.trials.wait(HEARTBEAT_S):
+                        self._finished(launched, result)
                 else:
                     time.sleep(HEARTBEAT_S / 2)
                 continue
@@ -312,7 +238,7 @@ class SweepRunner:
                 except TRANSIENT_STORAGE_ERRORS as exc:
                     self._note_outage(exc)
                     continue
-            if not self.running:
+            if not len(self.trials):
                 # Trials recorded without running (infeasible) may have used the budget up.
                 stop = stop or self.budget.stop_reason(
                     trials=self._trials_started(), gpu_hours=self.gpu_hours,
@@ -324,14 +250,14 @@ class SweepRunner:
                 if self.strategy.pending == 0 and not self._launch() \
                         and not self._waiting_for_gpus:
                     return self.strategy.stop_reason or "nothing left to try"
-                if not self.running:
+                if not len(self.trials):
                     self._wait_for_gpus()  # a proposal waits for GPUs other sweeps hold
                     continue
-            for handle, result in self.executor.wait(list(self.running), timeout_s=HEARTBEAT_S):
-                self._finished(handle, result)
+            for launched, result in self.trials.wait(HEARTBEAT_S):
+                self._finished(launched, result)
 
     def _trials_started(self) -> int:
-        return len(self.results) + len(self.running) + self._unrecorded
+        return len(self.results) + len(self.trials) + self._unrecorded
 
     def _launch(self) -> bool:
         """Start what the budget, the GPUs and the strategy allow; True if anything did."""
@@ -339,10 +265,10 @@ class SweepRunner:
         self._waiting_for_gpus = False
         limit = self.budget.limits.max_parallel
         while self._trials_started() < self.budget.limits.max_trials:
-            if limit is not None and len(self.running) >= limit:
+            if limit is not None and len(self.trials) >= limit:
                 break
             if self._deferred is None:
-                if not self.share.could_fit(self.sweep.id, 1):
+                if not self.trials.has_room():
                     self._waiting_for_gpus = True  # other sweeps of this coordinator hold them
                     break
                 proposal = self.strategy.ask()
@@ -364,17 +290,16 @@ class SweepRunner:
                 launched = True
                 continue
             assert spec is not None  # only a preset proposal comes without one
-            gpus = spec.gpus
-            if not self.share.acquire(self.sweep.id, gpus):
+            if not self.trials.reserve(spec):
                 self._waiting_for_gpus = True  # held until a GPU group of its size is free
                 break
             try:
                 row = self._start_trial(proposal, spec, attempt=1)
             except BaseException:
-                self.share.release(self.sweep.id, gpus)
+                self.trials.unreserve(spec)
                 raise
             self._deferred = None
-            self.running[self.executor.submit(spec)] = _Running(row, proposal, spec, gpus)
+            self.trials.submit(spec, _Attempt(row, proposal))
             launched = True
         if launched and self._waiting is not None:
             self._waiting = None
@@ -394,10 +319,7 @@ class SweepRunner:
     def _never_placed(self, spec: TrialSpec) -> TrialResult | None:
         """The infeasible result of a ``spec`` that can never run here (None: it can, now
         or once GPUs free up)."""
-        reason = self.executor.unplaceable(spec)
-        if reason is None and spec.device == "gpu" and spec.gpus > self.share.capacity:
-            reason = (f"needs {spec.gpus} GPUs; this coordinator schedules onto "
-                      f"{self.share.capacity}")
+        reason = self.trials.never_placed(spec)
         return None if reason is None else unplaceable_result(spec.trial_id, reason)
 
     def _start_trial(self, proposal: Proposal, spec: TrialSpec | None, *,
@@ -411,32 +333,26 @@ class SweepRunner:
                 self.strategy.withdraw(proposal)
             raise
 
-    def _finished(self, handle: Hashable, result: TrialResult) -> None:
-        run = self.running.pop(handle, None)
-        if run is None:
-            return  # cancelled meanwhile (the lease was lost while results came in)
-        self.share.release(self.sweep.id, run.gpus)
-        if distorted(result) and run.row.attempt < MAX_ATTEMPTS:
-            # The load generator says it could not keep its schedule, and the gate failed:
-            # that zero may be the machine's fault, not the configuration's. Discard it.
-            result = discarded(result)
-        if result.failure in TRANSIENT_FAILURES and run.row.attempt < MAX_ATTEMPTS:
-            # Transient: record this attempt, run the same params again.
-            self.gpu_hours += gpu_hours(result, run.gpus)
+    def _finished(self, launched: Launched[_Attempt], result: TrialResult) -> None:
+        run, gpus = launched.tag, launched.spec.gpus
+        retry = retry_as(result, run.row.attempt)
+        if retry is not None:
+            # Says nothing about the configuration: record this attempt, run it again.
+            self.gpu_hours += gpu_hours(retry, gpus)
             self._outbox.add(
-                lambda: self.store.finish_trial(run.row.id, result, lease=self.lease),
-                lambda: self._relaunch(run))
+                lambda: self.store.finish_trial(run.row.id, retry, lease=self.lease),
+                lambda: self._relaunch(launched))
         else:
-            self._enqueue_record(run.row, run.proposal, result, run.gpus)
+            self._enqueue_record(run.row, run.proposal, result, gpus)
         self._drain()
 
-    def _relaunch(self, run: _Running) -> None:
-        attempt = run.row.attempt + 1
-        spec = run.spec.model_copy(update={
-            "trial_id": f"s{self.sweep.id}-t{run.proposal.number}-a{attempt}"})
-        row = self._start_trial(run.proposal, spec, attempt=attempt)
-        self.share.acquire(self.sweep.id, run.gpus)
-        self.running[self.executor.submit(spec)] = _Running(row, run.proposal, spec, run.gpus)
+    def _relaunch(self, launched: Launched[_Attempt]) -> None:
+        proposal = launched.tag.proposal
+        attempt = launched.tag.row.attempt + 1
+        spec = launched.spec.model_copy(update={
+            "trial_id": f"s{self.sweep.id}-t{proposal.number}-a{attempt}"})
+        row = self._start_trial(proposal, spec, attempt=attempt)
+        self.trials.resubmit(spec, _Attempt(row, proposal))
 
     def _enqueue_record(self, row: TrialRecord, proposal: Proposal, result: TrialResult,
                         gpus: int) -> None:
@@ -484,9 +400,7 @@ class SweepRunner:
 
     def _stop_trials(self) -> None:
         """Cancel every trial this runner has in flight (their engines die with them)."""
-        for handle in list(self.running):
-            self.executor.cancel(handle)
-        self.running.clear()
+        self.trials.cancel_all()
 
     def _note_outage(self, exc: Exception) -> None:
         if self._outage is None:
@@ -519,87 +433,40 @@ class SweepRunner:
     # ---- confirmation -------------------------------------------------------------
 
     def _confirm(self) -> None:
-        """Re-run the top configurations, interleaved; the best lower bound wins."""
+        """Re-run the top configurations (:mod:`tuner.confirmation`); store what won."""
         limits = self.budget.limits
-        ok = [(row, res) for row, res in self.results if res.status == "ok" and res.objective > 0]
-        if limits.confirm_top == 0 or not ok:
+        chosen = top_configurations([(row.params, res) for row, res in self.results],
+                                    limits.confirm_top)
+        if not chosen:
             return
-        order = rank([res for _, res in ok])
-        top: list[tuple[TrialRecord, TrialResult]] = []
-        seen: set[str] = set()
-        for i in order:
-            key = params_key(ok[i][0].params)
-            if key not in seen:
-                seen.add(key)
-                top.append(ok[i])
-            if len(top) == limits.confirm_top:
-                break
-        # Submit every repeat at once in interleaved order; the executor spreads them
-        # over the GPUs. Each repeat varies the simulator's seed (noise, if any).
-        runs: dict[tuple[int, int], TrialResult] = {}
-        pending: dict[Hashable, tuple[int, int, int]] = {}
-        attempts: dict[tuple[int, int], int] = {}
-
-        def submit(i: int, r: int) -> None:
-            row = top[i][0]
-            attempt = attempts[(i, r)] = attempts.get((i, r), 0) + 1
-            spec = self._spec(row.params, f"s{self.sweep.id}-t{row.number}-confirm{r}-a{attempt}")
-            if spec.engine == "sim":
-                spec = spec.model_copy(update={"sim": spec.sim.model_copy(
-                    update={"seed": spec.sim.seed + 1000 * (r + 1)})})
-            pending[self.executor.submit(spec)] = (i, r, spec.gpus)
-
-        for r in range(limits.confirm_repeats):
-            for i in range(len(top)):
-                submit(i, r)
-        while pending:
-            if not self._beat():
-                for handle in pending:
-                    self.executor.cancel(handle)
-                return
-            for handle, result in self.executor.wait(list(pending), timeout_s=HEARTBEAT_S):
-                i, r, gpus = pending.pop(handle)
-                self.gpu_hours += gpu_hours(result, gpus)
-                if (distorted(result) or result.failure in TRANSIENT_FAILURES) and \
-                        attempts[(i, r)] < MAX_ATTEMPTS:
-                    # As in the search: an overloaded client or a lost worker says nothing
-                    # about the configuration; run that repeat again.
-                    submit(i, r)
-                    continue
-                runs[(i, r)] = result
-        params_index = {params_key(row.params): i for i, (row, _) in enumerate(top)}
-        outcome = confirm([row.params for row, _ in top],
-                          lambda params, r: runs[(params_index[params_key(params)], r)],
-                          repeats=limits.confirm_repeats)
-        if outcome.winner is None:
+        top = [self.results[i][0] for i in chosen]
+        phase = ConfirmationPhase(TrialLauncher(self.executor, self.share, self.sweep.id),
+                                  lambda i, r, a: self._repeat_spec(top[i], r, a),
+                                  repeats=limits.confirm_repeats)
+        try:
+            outcome = phase.run([row.params for row in top], keep_going=self._beat)
+        finally:
+            self.gpu_hours += phase.gpu_hours
+        if outcome is None or outcome.winner is None:
             return
-        winner = top[params_index[params_key(outcome.winner.params)]][0]
-        if outcome.winner.lcb > 0:
+        winner = top[outcome.winner]
+        if outcome.held:
             # Confirmed only when the repeats hold the SLO: a lucky search run is not.
             self.store.mark_confirmed(winner.id, repeats=limits.confirm_repeats,
                                       lease=self.lease)
-            self.best = (outcome.winner.mean, winner.id)
+            self.best = (outcome.mean, winner.id)
         else:
             self.best = None
             self.unconfirmed = ("the best configurations did not hold the SLO when re-run "
                                 f"({limits.confirm_repeats} repeats each): their search "
                                 "results were not reproducible")
-        def summary(result: TrialResult) -> dict[str, Any]:
-            return {"objective": result.objective, "status": result.status,
-                    "failure": result.failure, "gate_passed": result.gate_passed,
-                    "p99_ttft_ms": result.metrics.get("p99_ttft_ms"),
-                    "p99_tpot_ms": result.metrics.get("p99_tpot_ms"),
-                    "early_abort": result.early_abort}
+        self.confirmation = [{"trial_id": top[row.pop("candidate")].id, **row}
+                             for row in outcome.table]
 
-        index_of = {params_key(c.params): params_index[params_key(c.params)]
-                    for c in outcome.candidates}
-        self.confirmation = [{
-            "trial_id": top[index_of[params_key(c.params)]][0].id, "params": c.params,
-            "runs": list(c.objectives), "mean": c.mean, "stdev": c.stdev, "lcb": c.lcb,
-            "winner": c is outcome.winner,
-            "details": [summary(runs[(index_of[params_key(c.params)], r)])
-                        for r in range(limits.confirm_repeats)],
-        } for c in outcome.candidates]
+    def _repeat_spec(self, row: TrialRecord, repeat: int, attempt: int) -> TrialSpec:
+        spec = self._spec(row.params,
+                          f"s{self.sweep.id}-t{row.number}-confirm{repeat}-a{attempt}")
+        return adapter_for(spec.engine).repeat_spec(spec, repeat)
 
     # ---- bookkeeping --------------------------------------------------------------
 
@@ -625,7 +492,7 @@ class SweepRunner:
             self.store.recover_orphans(self.sweep.id, lease=self.lease)
             return False
         try:
-            for run in self.running.values():
+            for run in self.trials.tags():
                 self.store.heartbeat_trial(run.row.id, lease=self.lease)
         except TRANSIENT_STORAGE_ERRORS as exc:
             self._note_outage(exc)
@@ -662,12 +529,12 @@ class SweepRunner:
         parallel = max(1, min(self.share.capacity, self.budget.limits.max_parallel or 10**6))
         mean = sum(self._durations) / len(self._durations) if self._durations else None
         eta = None if mean is None else (
-            math.ceil((remaining + len(self.running)) / parallel) * mean)
+            math.ceil((remaining + len(self.trials)) / parallel) * mean)
         best_row = next((row for row, _ in self.results
                          if self.best is not None and row.id == self.best[1]), None)
         return SweepProgress.model_validate({
             "phase": phase, "trials": self._trials_started(),
-            "done": sum(s == "ok" for s in statuses), "running": len(self.running),
+            "done": sum(s == "ok" for s in statuses), "running": len(self.trials),
             "failed": sum(s == "failed" for s in statuses),
             "infeasible": sum(s == "infeasible" for s in statuses),
             "max_trials": self.budget.limits.max_trials,

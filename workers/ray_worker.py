@@ -13,12 +13,13 @@ resource, one unit per GPU: ``ray start --num-gpus 2 --resources
 comes from the spec:
 
 * engine ``sim``: ``spec.sim.gpu`` (the simulated GPU, a catalogue name such as
-  ``rtx4090``);
+  ``rtx4090``), renamed by ``$SLOTUNE_GPU_TYPES`` when it has an entry;
 * engine ``vllm``: only through the mapping in ``$SLOTUNE_GPU_TYPES``, from the space's
-  GPU kind (also carried in ``spec.sim.gpu``) to the node's label, e.g.
-  ``SLOTUNE_GPU_TYPES="h100-sxm=h100-sxm,a100-80g=a100"``. Without an entry, a vLLM
-  trial asks for GPUs of any type (the catalogue default must not strand a real trial).
-  The mapping also renames sim GPU types when an entry exists.
+  GPU kind to the node's label, e.g. ``SLOTUNE_GPU_TYPES="h100-sxm=h100-sxm,a100-80g=a100"``.
+  Without an entry, a vLLM trial asks for GPUs of any type (the catalogue default must
+  not strand a real trial).
+
+Which rule applies is the engine adapter's (``EngineAdapter.gpu_type``).
 
 A cluster where no node advertises any ``gpu_type:*`` resource — the embedded local Ray
 among them — gets plain ``num_gpus`` requests, as before. That is read from
@@ -57,6 +58,7 @@ from ray.exceptions import (
 )
 
 from workers.contracts import PhaseTimings, TrialResult, TrialSpec
+from workers.engines import adapter_for
 from workers.engines.redact import REDACTED, SECRET_FLAGS, redact_text
 from workers.trial import run_trial
 
@@ -172,10 +174,7 @@ def gpu_type_resource(spec: TrialSpec, mapping: dict[str, str] | None = None) ->
     if spec.device == "cpu":
         return None  # CPU trials ask for CPUs, not a GPU type
     mapping = parse_gpu_types(os.environ.get(GPU_TYPES_ENV)) if mapping is None else mapping
-    name = spec.sim.gpu
-    if spec.engine == "sim":
-        return GPU_TYPE_PREFIX + mapping.get(name, name)
-    label = mapping.get(name)
+    label = adapter_for(spec.engine).gpu_type(spec, mapping)
     return GPU_TYPE_PREFIX + label if label else None
 
 

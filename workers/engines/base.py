@@ -143,6 +143,22 @@ class EngineAdapter(abc.ABC):
         """What the engine runs on, as :class:`EngineFacts` fields (GPU name, memory, …)."""
         return {}
 
+    @classmethod
+    def repeat_spec(cls, spec: TrialSpec, repeat: int) -> TrialSpec:
+        """``spec`` for its ``repeat``-th confirmation run (0-based): a real engine runs it
+        as it is; a simulated one varies what stands for the world's noise."""
+        return spec
+
+    @classmethod
+    def gpu_type(cls, spec: TrialSpec, labels: Mapping[str, str]) -> str | None:
+        """The node label of the GPU type this trial must run on, None: any GPU will do.
+
+        ``labels`` maps the spaces' GPU names to a typed cluster's node labels
+        (``SLOTUNE_GPU_TYPES``). A real engine runs on whatever GPU it is given unless the
+        cluster names the kind its space targets.
+        """
+        return labels.get(spec.sim.gpu)
+
     # ---- what to run --------------------------------------------------------------
 
     @abc.abstractmethod

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from workers.engines.base import EngineAdapter, flag_args
 from workers.sim.catalog import UnknownCatalogEntry, get_gpu
 
 if TYPE_CHECKING:
+    from workers.contracts import TrialSpec
     from workers.gpu import GPUProbe
 
 SIM_ARGS = frozenset({
@@ -38,6 +40,18 @@ class SimEngine(EngineAdapter):
             return {"gpu_name": f"{gpu.device_name} (simulated)",
                     "gpu_memory_bytes": gpu.memory_bytes}
         return {}
+
+    @classmethod
+    def repeat_spec(cls, spec: TrialSpec, repeat: int) -> TrialSpec:
+        # Each repeat draws the simulator's noise (if any) from its own seed.
+        return spec.model_copy(update={"sim": spec.sim.model_copy(
+            update={"seed": spec.sim.seed + 1000 * (repeat + 1)})})
+
+    @classmethod
+    def gpu_type(cls, spec: TrialSpec, labels: Mapping[str, str]) -> str | None:
+        # The simulator models one catalogue GPU: its trials go where that type is
+        # declared (under the cluster's label for it, else under its own name).
+        return labels.get(spec.sim.gpu, spec.sim.gpu)
 
     def command(self, port: int) -> list[str]:
         sim = self.spec.sim

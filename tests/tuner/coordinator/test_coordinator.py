@@ -18,8 +18,9 @@ from typing import Any
 import optuna
 import pytest
 
-from tuner.coordinator import Coordinator, GpuShare, SweepRunner
+from tuner.coordinator import Coordinator, SweepRunner
 from tuner.executors import TrialExecutor, VirtualExecutor
+from tuner.launcher import GpuShare
 from tuner.store import Store
 from tuner.strategies import params_key
 from tuner.sweeps import SweepBudget, SweepRequest, queue_sweep
@@ -223,18 +224,6 @@ def test_sweeps_at_once_share_the_gpus_fairly(store: Store, migrated_url: str) -
     # Both ran at once, and neither held more than its half of the four GPUs meanwhile.
     assert set(executor.peak) == {f"s{i}" for i in ids}
     assert max(executor.peak.values()) <= 2
-
-
-def test_gpu_share_is_fair_and_total() -> None:
-    share = GpuShare(4)
-    share.join(1)
-    assert all(share.acquire(1, 1) for _ in range(4))  # alone: everything
-    assert not share.acquire(1, 1)
-    share.join(2)
-    share.release(1, 1)
-    share.release(1, 1)
-    assert share.acquire(2, 2) and not share.acquire(2, 1)  # two of four each
-    assert not share.acquire(1, 1)  # over its share while the other runs
 
 
 def test_resume_finishes_a_sweep_whose_coordinator_died(store: Store,

@@ -1,0 +1,132 @@
+"""The confirmation phase: re-run a sweep's top configurations and pick the winner.
+
+A search result is one run; the winner must hold the SLO when run again. The top
+configurations (best first, distinct params) are repeated in interleaved order — repeat
+0 of each, then repeat 1 of each, … — through the sweep's :class:`TrialLauncher` (so
+repeats share the GPUs like any trial, and a lost worker or a distorted run is run again
+as in the search). :func:`tuner.strategies.confirm` then picks the best lower confidence
+bound; a winner whose bound is not above zero did not hold and is not confirmed.
+
+Storing the outcome is the runner's job: nothing here touches the database.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tuner.launcher import TrialLauncher, gpu_hours, retry_as
+from tuner.strategies import confirm, params_key, rank
+from workers.contracts import KnobValue, TrialResult, TrialSpec
+
+Slot = tuple[int, int]
+"""(candidate index, repeat)."""
+
+SpecFor = Callable[[int, int, int], TrialSpec]
+"""The spec of candidate ``i``'s repeat ``r``, attempt ``a`` (from 1)."""
+
+POLL_S = 2.0
+
+
+def top_configurations(results: Sequence[tuple[Mapping[str, KnobValue], TrialResult]],
+                       n: int) -> list[int]:
+    """Indexes into ``results`` of the ``n`` best ok configurations, distinct params."""
+    ok = [i for i, (_, res) in enumerate(results) if res.status == "ok" and res.objective > 0]
+    chosen: list[int] = []
+    seen: set[str] = set()
+    for j in rank([results[i][1] for i in ok]):
+        key = params_key(dict(results[ok[j]][0]))
+        if key not in seen:
+            seen.add(key)
+            chosen.append(ok[j])
+        if len(chosen) == n:
+            break
+    return chosen
+
+
+@dataclass
+class ConfirmationOutcome:
+    """What the repeats showed. ``winner``: the index of the chosen candidate, None when
+    there was none; ``held``: whether its lower bound is above zero (it is confirmed)."""
+
+    winner: int | None
+    held: bool
+    mean: float
+    table: list[dict[str, Any]]
+    """One row per candidate: runs, mean, stdev, lcb, winner, and each repeat's summary."""
+
+
+def _summary(result: TrialResult) -> dict[str, Any]:
+    return {"objective": result.objective, "status": result.status,
+            "failure": result.failure, "gate_passed": result.gate_passed,
+            "p99_ttft_ms": result.metrics.get("p99_ttft_ms"),
+            "p99_tpot_ms": result.metrics.get("p99_tpot_ms"),
+            "early_abort": result.early_abort}
+
+
+@dataclass
+class ConfirmationPhase:
+    """Runs ``repeats`` of each candidate through ``launcher``; see the module docstring."""
+
+    launcher: TrialLauncher[Slot]
+    spec_for: SpecFor
+    repeats: int
+    gpu_hours: float = 0.0
+    """GPU-hours the repeats used so far (also when the phase was stopped)."""
+    _attempts: dict[Slot, int] = field(default_factory=dict)
+
+    def run(self, candidates: Sequence[Mapping[str, KnobValue]], *,
+            keep_going: Callable[[], bool] = lambda: True) -> ConfirmationOutcome | None:
+        """The outcome; None when ``keep_going`` said stop (what ran is cancelled)."""
+        queue: list[Slot] = [(i, r) for r in range(self.repeats) for i in range(len(candidates))]
+        runs: dict[Slot, TrialResult] = {}
+        specs: dict[Slot, TrialSpec] = {}
+        while queue or len(self.launcher):
+            if not keep_going():
+                self.launcher.cancel_all()
+                return None
+            # Start what the GPU share allows, in interleaved order.
+            while queue:
+                slot = queue[0]
+                spec = specs.get(slot) or self._next_attempt(slot)
+                specs[slot] = spec
+                if not self.launcher.reserve(spec):
+                    break
+                self.launcher.submit(spec, slot)
+                queue.pop(0)
+                del specs[slot]
+            if not len(self.launcher):
+                time.sleep(0.2)  # the GPUs are held by other sweeps of this coordinator
+                continue
+            for launched, result in self.launcher.wait(POLL_S):
+                slot = launched.tag
+                self.gpu_hours += gpu_hours(result, launched.spec.gpus)
+                if retry_as(result, self._attempts[slot]) is not None:
+                    # As in the search: it says nothing about the configuration.
+                    self.launcher.resubmit(self._next_attempt(slot), slot)
+                    continue
+                runs[slot] = result
+        return self._outcome(candidates, runs)
+
+    def _next_attempt(self, slot: Slot) -> TrialSpec:
+        attempt = self._attempts[slot] = self._attempts.get(slot, 0) + 1
+        return self.spec_for(slot[0], slot[1], attempt)
+
+    def _outcome(self, candidates: Sequence[Mapping[str, KnobValue]],
+                 runs: dict[Slot, TrialResult]) -> ConfirmationOutcome:
+        index = {params_key(dict(p)): i for i, p in enumerate(candidates)}
+        result = confirm(candidates, lambda params, r: runs[(index[params_key(dict(params))], r)],
+                         repeats=self.repeats)
+        table = [{
+            "params": c.params, "runs": list(c.objectives), "mean": c.mean,
+            "stdev": c.stdev, "lcb": c.lcb, "winner": c is result.winner,
+            "details": [_summary(runs[(index[params_key(c.params)], r)])
+                        for r in range(self.repeats)],
+            "candidate": index[params_key(c.params)],
+        } for c in result.candidates]
+        if result.winner is None:
+            return ConfirmationOutcome(None, False, 0.0, table)
+        return ConfirmationOutcome(index[params_key(result.winner.params)],
+                                   result.winner.lcb > 0, result.winner.mean, table)
