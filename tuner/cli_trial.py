@@ -94,6 +94,9 @@ def build_spec(space: SearchSpace, sets: list[str], *, workload: str | None, slo
                 f"--{'num-prompts' if e['loc'][0] == 'num_prompts' else 'request-rate'}: "
                 f"{e['msg']}" for e in exc.errors())) from None
     sim = space.sim
+    if time_scale is not None and space.engine != "sim":
+        raise UsageError(f"--time-scale: an option of the simulated engine; space "
+                         f"{space.name!r} runs {space.engine} (drop it)")
     if time_scale is not None:
         sim = (sim or SimOptions()).model_copy(update={"time_scale": time_scale})
     spec = space.to_trial_spec(params, trial_id or f"manual-{uuid.uuid4().hex[:8]}",
@@ -144,7 +147,7 @@ def run(
     if not as_json:
         err.print(f"trial {spec.trial_id}: {vllm_command(spec.model, spec.engine_flags)}")
         if executor == "virtual":
-            err.print(f"virtual: the simulated engine on a modelled {spec.sim.gpu}, in "
+            err.print(f"virtual: the simulated engine on a modelled {spec.gpu}, in "
                       "virtual time (timings are what the trial would take on that GPU)")
     if executor == "virtual":
         result = run_virtual_trial(spec)

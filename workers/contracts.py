@@ -356,14 +356,31 @@ class TrialTimeouts(_Strict):
 
 
 class SimOptions(_Strict):
-    """Options of the simulated engine (``--sim-*`` flags); ignored by the vllm engine."""
+    """Options of the simulated engine (``--sim-*`` flags); other engines refuse them.
 
-    gpu: str = "h100-sxm"
+    The GPU it models is not one of them: that is the trial's (and the space's) ``gpu``,
+    which every engine has.
+    """
+
     seed: int = 0
     noise: float = Field(0.0, ge=0)
     time_scale: float = Field(1.0, gt=0)
     """The engine runs this much faster than real time; the load generator compensates."""
     cost_model: str = "roofline"
+
+
+def lift_sim_gpu(data: Any) -> Any:
+    """Raw fields with the GPU in its place, ``gpu``, when given as ``sim.gpu`` (where
+    earlier versions kept it); both, and different, are refused."""
+    if not isinstance(data, dict) or not isinstance(data.get("sim"), dict) \
+            or "gpu" not in data["sim"]:
+        return data
+    sim = dict(data["sim"])
+    gpu = sim.pop("gpu")
+    if data.get("gpu") not in (None, gpu):
+        raise ValueError(f"sim.gpu {gpu!r} and gpu {data['gpu']!r} disagree: give the GPU "
+                         "once, as gpu")
+    return {**data, "sim": sim, "gpu": gpu}
 
 
 class CapacitySearch(_Strict):
@@ -394,7 +411,11 @@ class TrialSpec(_Strict):
     mode: ObjectiveMode = "goodput"
     capacity: CapacitySearch = Field(default_factory=CapacitySearch)
     timeouts: TrialTimeouts = Field(default_factory=TrialTimeouts)
+    gpu: str = Field("h100-sxm", min_length=1)
+    """The GPU type the trial targets: the catalogue GPU the simulated engine models; for
+    a real engine the space's GPU kind (a typed cluster maps it to its nodes' label)."""
     sim: SimOptions = Field(default_factory=SimOptions)
+    """The simulated engine's options (only engine ``sim`` takes any but the defaults)."""
     device: Device = "gpu"
     """Where the engine computes: GPUs (Ray assigns them), or the CPU (vLLM's CPU build:
     the trial reserves CPUs instead, one per tensor-parallel rank)."""
@@ -408,6 +429,21 @@ class TrialSpec(_Strict):
     early_abort: bool = True
     max_error_rate: float = Field(0.05, ge=0, le=1)
     """Above this share of failed requests the trial is ``benchmark_errors``."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gpu_in_sim(cls, data: Any) -> Any:
+        return lift_sim_gpu(data)
+
+    @model_validator(mode="after")
+    def _options_of_its_engine(self) -> TrialSpec:
+        if self.engine != "sim" and self.sim != SimOptions():
+            raise ValueError(f"sim: options of the simulated engine; this trial's engine is "
+                             f"{self.engine} (drop them)")
+        if self.engine == "sim" and self.engine_binary is not None:
+            raise ValueError("engine_binary: the simulated engine runs in slotune's own "
+                             "Python; engine_binary is for a real engine")
+        return self
 
     @property
     def engine_flags(self) -> dict[str, KnobValue]:

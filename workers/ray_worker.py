@@ -12,7 +12,7 @@ resource, one unit per GPU: ``ray start --num-gpus 2 --resources
 ``spec.gpus``, so it lands on a node with enough GPUs *of that type*. The name
 comes from the spec:
 
-* engine ``sim``: ``spec.sim.gpu`` (the simulated GPU, a catalogue name such as
+* engine ``sim``: ``spec.gpu`` (the simulated GPU, a catalogue name such as
   ``rtx4090``), renamed by ``$SLOTUNE_GPU_TYPES`` when it has an entry;
 * engine ``vllm``: only through the mapping in ``$SLOTUNE_GPU_TYPES``, from the space's
   GPU kind to the node's label, e.g. ``SLOTUNE_GPU_TYPES="h100-sxm=h100-sxm,a100-80g=a100"``.

@@ -90,7 +90,7 @@ def engine_config(spec: TrialSpec, *, seed: int | None = None) -> EngineConfig:
         kwargs[name] = _flag_value(name, value)  # build_config takes vLLM's argument names
     try:
         return build_config(
-            spec.model, sim_gpu=spec.sim.gpu, sim_seed=spec.sim.seed if seed is None else seed,
+            spec.model, sim_gpu=spec.gpu, sim_seed=spec.sim.seed if seed is None else seed,
             sim_noise=spec.sim.noise, sim_cost_model=spec.sim.cost_model, **kwargs,
         )
     except UnknownCatalogEntry as exc:

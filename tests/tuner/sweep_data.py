@@ -65,8 +65,7 @@ def populate_finished_sweep(store: Store) -> SweepData:
 
     def run(params: dict[str, KnobValue], seed: int) -> TrialResult:
         spec = space.to_trial_spec(params, f"sweep{sweep.id}-{number}", workload=workload,
-                                   sim=SimOptions(gpu=space.gpu, noise=0.02, seed=seed,
-                                                  time_scale=2))
+                                   sim=SimOptions(noise=0.02, seed=seed, time_scale=2))
         return run_virtual_trial(spec, per_request=False)
 
     for seqs, tokens in itertools.product(SEQS, TOKENS):

@@ -46,7 +46,7 @@ def test_shipped_spaces_load_and_their_defaults_obey_the_rules() -> None:
         assert space.check(space.defaults()) is None, name
         assert space.is_finite() and space.grid_size() > 1
         spec = space.to_trial_spec(space.defaults(), "t0")
-        assert spec.sim.gpu == space.gpu and spec.model == space.model
+        assert spec.gpu == space.gpu and spec.model == space.model
 
 
 def test_builtin_rules_are_checked_with_the_rule_text() -> None:
@@ -153,6 +153,18 @@ def test_vllm_spaces_take_the_cpu_and_gpu_kinds_the_simulator_does_not_model() -
         parse_space({**MINIMAL, "gpu": "cpu"})
     with pytest.raises(SpaceError, match="not a name"):
         parse_space(_vllm_space(gpu="H100 SXM; rm -rf"))
+    # The simulator's options on a vLLM space say nothing: refused, before anything runs.
+    with pytest.raises(SpaceError, match="options of the simulated engine"):
+        parse_space(_vllm_space(gpu="cpu", sim={"time_scale": 4}))
+
+
+def test_a_space_that_gives_its_gpu_as_sim_gpu_still_loads() -> None:
+    space = parse_space({k: v for k, v in MINIMAL.items() if k != "gpu"}
+                        | {"sim": {"gpu": "l40s", "time_scale": 2}})
+    spec = space.to_trial_spec(space.defaults(), "t")
+    assert space.gpu == spec.gpu == "l40s" and spec.sim.time_scale == 2
+    with pytest.raises(SpaceError, match="disagree"):
+        parse_space({**MINIMAL, "sim": {"gpu": "l40s"}})
 
 
 def test_engine_binary_and_a_local_model_directory(tmp_path: Path) -> None:

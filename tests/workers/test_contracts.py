@@ -71,3 +71,20 @@ def test_the_model_revision_comes_from_the_flag_or_the_snapshot_path() -> None:
     assert spec(snapshot, revision="main").model_revision == "main"  # the flag is what ran
     assert spec("Qwen/Qwen2.5-7B-Instruct").model_revision is None
     assert spec("/models/snapshots").model_revision is None
+
+
+def test_the_gpu_is_the_trials_and_engine_options_belong_to_their_engine() -> None:
+    base = {"trial_id": "t", "model": "m", "workload": Workload(), "slo": SLO(ttft=300)}
+    spec = TrialSpec.model_validate({**base, "gpu": "rtx4090", "sim": {"seed": 3}})
+    assert spec.gpu == "rtx4090" and spec.sim.seed == 3
+    # Where earlier versions kept the GPU (sim.gpu) still reads, as the trial's gpu.
+    legacy = TrialSpec.model_validate({**base, "sim": {"gpu": "l40s", "seed": 3}})
+    assert legacy.gpu == "l40s" and legacy.sim == spec.sim
+    with pytest.raises(ValidationError, match="disagree"):
+        TrialSpec.model_validate({**base, "gpu": "rtx4090", "sim": {"gpu": "l40s"}})
+    # The simulator's options on a real engine, a binary for the simulator: refused.
+    with pytest.raises(ValidationError, match="options of the simulated engine"):
+        TrialSpec.model_validate({**base, "engine": "vllm", "sim": {"noise": 0.1}})
+    assert TrialSpec.model_validate({**base, "engine": "vllm"}).engine == "vllm"
+    with pytest.raises(ValidationError, match="engine_binary"):
+        TrialSpec.model_validate({**base, "engine_binary": "/opt/v/bin/vllm"})

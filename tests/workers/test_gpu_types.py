@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from workers.contracts import SLO, SimOptions, TrialSpec, Workload
+from workers.contracts import SLO, TrialSpec, Workload
 from workers.ray_worker import (
     GPU_TYPES_ENV,
     gpu_type_resource,
@@ -21,8 +21,7 @@ from workers.ray_worker import (
 
 def spec(engine: str = "sim", gpu: str = "rtx4090", **knobs: Any) -> TrialSpec:
     return TrialSpec(trial_id="t", engine=engine, model="Qwen/Qwen2.5-7B-Instruct",
-                     knobs=knobs, workload=Workload(), slo=SLO(ttft=300),
-                     sim=SimOptions(gpu=gpu))
+                     knobs=knobs, workload=Workload(), slo=SLO(ttft=300), gpu=gpu)
 
 
 def test_sim_trials_ask_for_their_gpu_type_times_tensor_parallelism() -> None:

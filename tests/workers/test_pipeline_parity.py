@@ -37,7 +37,7 @@ def _spec(rate: float = 3.0, prompts: int = 60, knobs: dict[str, Any] | None = N
         "trial_id": f"parity-{uuid.uuid4().hex[:8]}", "engine": "sim", "model": QWEN7B,
         "knobs": {"quantization": "fp8", **(knobs or {})},
         "engine_args": {"max_model_len": 4096}, "workload": data,
-        "slo": SLO.parse("ttft:300,tpot:50"), "sim": SimOptions(gpu="rtx4090", time_scale=3),
+        "slo": SLO.parse("ttft:300,tpot:50"), "gpu": "rtx4090", "sim": SimOptions(time_scale=3),
     }
     spec.update(overrides)
     return TrialSpec.model_validate(spec)

@@ -73,7 +73,7 @@ def spec(gpu: str, prompts: int = 16) -> TrialSpec:
         "trial_id": f"cl-{gpu}-{uuid.uuid4().hex[:6]}", "engine": "sim",
         "model": "Qwen/Qwen2.5-7B-Instruct", "knobs": {"quantization": "fp8"},
         "workload": data, "slo": SLO.parse("ttft:1000,tpot:100"),
-        "sim": SimOptions(gpu=gpu, time_scale=3),
+        "gpu": gpu, "sim": SimOptions(time_scale=3),
     })
 
 
@@ -103,7 +103,7 @@ def test_trials_land_on_nodes_of_their_gpu_type(cluster: LocalRayCluster) -> Non
     options = [trial_options(s) for s in specs]
     for s, opts in zip(specs, options, strict=True):
         assert opts["num_gpus"] == 1
-        assert opts["resources"] == {f"gpu_type:{s.sim.gpu}": 1.0}
+        assert opts["resources"] == {f"gpu_type:{s.gpu}": 1.0}
     refs = [_located_trial.options(**o).remote(s.model_dump_json())
             for s, o in zip(specs, options, strict=True)]
     located = ray.get(refs, timeout=150)
@@ -111,7 +111,7 @@ def test_trials_land_on_nodes_of_their_gpu_type(cluster: LocalRayCluster) -> Non
     results = [TrialResult.model_validate_json(r) for _, r in located]
     assert [r.status for r in results] == ["ok"] * 4, [r.failure_message for r in results]
     for s, node, result in zip(specs, ran_on, results, strict=True):
-        assert node == nodes[f"gpu_type:{s.sim.gpu}"], s.sim.gpu
+        assert node == nodes[f"gpu_type:{s.gpu}"], s.gpu
         # The engine's start-up facts and a capped log excerpt came back in the result.
         assert result.engine.kv_cache_tokens and result.engine.kv_cache_tokens > 0
         assert result.log_tail and "GPU KV cache size" in result.log_tail
@@ -152,7 +152,7 @@ def test_slotune_coordinator_runs_a_sweep_on_the_cluster(cluster: LocalRayCluste
     """``RAY_ADDRESS=<head> slotune coordinator``: trials for H100s run on the H100 node."""
     space = yaml.safe_load((SPACES / "lab.yaml").read_text())
     space.update({"name": "lab-h100", "gpu": "h100-sxm",
-                  "sim": {"gpu": "h100-sxm", "time_scale": 3}})
+                  "sim": {"time_scale": 3}})
     space["workload"].update({"num_prompts": 16, "warmup_requests": 1})
     space["workload"]["arrivals"]["request_rate"] = 3
     space_file = tmp_path / "lab-h100.yaml"

@@ -41,7 +41,7 @@ def spec(tp: int = 1, prompts: int = 24, rate: float = 2.0) -> TrialSpec:
     return TrialSpec.model_validate({
         "trial_id": f"ray-{uuid.uuid4().hex[:8]}", "engine": "sim",
         "model": "Qwen/Qwen2.5-7B-Instruct", "knobs": knobs, "workload": data,
-        "slo": SLO.parse("ttft:300,tpot:50"), "sim": SimOptions(gpu="rtx4090", time_scale=2),
+        "slo": SLO.parse("ttft:300,tpot:50"), "gpu": "rtx4090", "sim": SimOptions(time_scale=2),
     })
 
 

@@ -23,10 +23,9 @@ def lab(n: int = 60, rate: float = 3.0) -> Workload:
 def spec(knobs: dict[str, Any] | None = None, **kw: Any) -> TrialSpec:
     base: dict[str, Any] = dict(trial_id="t", engine="sim", model=MODEL,
                                 knobs=knobs or {}, engine_args={"max_model_len": 4096},
-                                workload=lab(), slo=SLO_)
+                                workload=lab(), slo=SLO_, gpu="rtx4090")
     base.update(kw)
-    sim = base.pop("sim", {"gpu": "rtx4090"})
-    return TrialSpec.model_validate({**base, "sim": sim})
+    return TrialSpec.model_validate(base)
 
 
 def test_feasible_run_is_scored_like_a_live_run_and_deterministic() -> None:
@@ -117,7 +116,7 @@ def test_capacity_mode_brackets_and_bisects_the_rate() -> None:
 
 
 def test_noise_changes_runs_only_with_a_different_seed() -> None:
-    noisy = {"gpu": "rtx4090", "noise": 0.05, "seed": 1}
+    noisy = {"noise": 0.05, "seed": 1}
     a = run_virtual_trial(spec(sim=noisy))
     b = run_virtual_trial(spec(sim=noisy))
     c = run_virtual_trial(spec(sim={**noisy, "seed": 2}))

@@ -39,7 +39,7 @@ def lab_spec(rate: float, prompts: int = 120, **overrides: Any) -> TrialSpec:
     spec: dict[str, Any] = {
         "trial_id": f"trial-{uuid.uuid4().hex[:8]}", "engine": "sim", "model": QWEN7B,
         "knobs": {"quantization": "fp8"}, "workload": data,
-        "slo": SLO.parse("ttft:300,tpot:50"), "sim": SimOptions(gpu="rtx4090", time_scale=4),
+        "slo": SLO.parse("ttft:300,tpot:50"), "gpu": "rtx4090", "sim": SimOptions(time_scale=4),
     }
     spec.update(overrides)
     return TrialSpec.model_validate(spec)
@@ -52,7 +52,7 @@ def assert_clean(result: TrialResult) -> None:
 def test_a_load_the_config_carries_scores_its_goodput() -> None:
     # At 2x real time rather than 4x: the client's own timing error, scaled up into engine
     # time, must not decide the gate on a busy 2-core machine.
-    result = run_trial(lab_spec(5.0, sim=SimOptions(gpu="rtx4090", time_scale=2)))
+    result = run_trial(lab_spec(5.0, sim=SimOptions(time_scale=2)))
     assert_clean(result)
     assert result.status == "ok" and result.gate_passed
     assert result.objective == result.request_goodput
@@ -169,7 +169,7 @@ def test_capacity_mode_finds_the_highest_passing_rate_on_one_engine() -> None:
     spec = lab_spec(4.0, mode="capacity",
                     capacity=CapacitySearch(min_rate=1.0, max_rate=32.0, relative_tolerance=0.15,
                                             max_probes=8, prompts_per_probe=60),
-                    sim=SimOptions(gpu="rtx4090", time_scale=2))
+                    sim=SimOptions(time_scale=2))
     result = run_trial(spec)
     assert_clean(result)
     assert result.status == "ok" and result.capacity is not None
@@ -192,7 +192,7 @@ def test_vllm_adapter_runs_a_whole_trial_against_the_vllm_compatible_entry(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The argv vLLM would receive is what runs (the simulator parses vLLM's flags)."""
     monkeypatch.setenv("SLOTUNE_SIM_GPU", "rtx4090")
-    spec = lab_spec(5.0, prompts=30, engine="vllm",
+    spec = lab_spec(5.0, prompts=30, engine="vllm", sim=SimOptions(),
                     engine_binary=str(Path(sys.executable).with_name("slotune-sim")),
                     env_passthrough=("SLOTUNE_SIM_GPU",))
     result = run_trial(spec)  # vllm runs in real time: no time scale anywhere

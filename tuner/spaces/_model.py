@@ -45,6 +45,7 @@ from workers.contracts import (
     SimOptions,
     TrialSpec,
     Workload,
+    lift_sim_gpu,
 )
 from workers.engines import ENGINES
 from workers.loadgen.workload_files import WorkloadError, load_workload, parse_workload
@@ -223,8 +224,9 @@ class SearchSpace(_Strict):
     or ``./rel`` / ``~/…`` on this machine (relative to the space file; must hold a
     ``config.json``; stored absolute)."""
     gpu: str = "h100-sxm"
-    """sim: a catalogue GPU (``--sim-gpu``). vllm: the GPU kind the trials run on (a
-    catalogue name or any label, e.g. ``b200``), or ``cpu`` for vLLM's CPU build."""
+    """sim: a catalogue GPU (``--sim-gpu``; earlier spaces gave it as ``sim.gpu``).
+    vllm: the GPU kind the trials run on (a catalogue name or any label, e.g. ``b200``),
+    or ``cpu`` for vLLM's CPU build."""
     engine_binary: str | None = Field(None, min_length=1)
     """vllm: the ``vllm`` executable (default: the worker's ``SLOTUNE_VLLM_BIN``, else
     ``vllm`` on PATH)."""
@@ -239,6 +241,11 @@ class SearchSpace(_Strict):
     sim: SimOptions | None = None
 
     _rules: tuple[Rule, ...] = PrivateAttr(default=())
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gpu_in_sim(cls, data: Any) -> Any:
+        return lift_sim_gpu(data)
 
     @field_validator("gpu")
     @classmethod
@@ -319,6 +326,9 @@ class SearchSpace(_Strict):
                     f"model {self.model!r}: the simulated engine models catalogue models only; "
                     f"valid: {', '.join(sorted(MODELS))} (a local directory or any other "
                     "Hugging Face name needs engine: vllm)") from None
+        elif self.sim is not None and self.sim != SimOptions():
+            raise ValueError(f"sim: options of the simulated engine; this space's engine is "
+                             f"{self.engine} (drop them)")
 
     def _check_engine_args(self) -> None:
         """Every argument is one the engine takes, with a plausible value."""
@@ -451,7 +461,8 @@ class SearchSpace(_Strict):
             slo=self.resolve_slo(slo),
             mode=mode or self.mode,
             capacity=capacity or self.capacity,
-            sim=base_sim.model_copy(update={"gpu": self.gpu}),
+            gpu=self.gpu,
+            sim=base_sim,
             device="cpu" if self.gpu == CPU_DEVICE else "gpu",
             engine_binary=self.engine_binary,
             **overrides,

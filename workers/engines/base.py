@@ -157,7 +157,7 @@ class EngineAdapter(abc.ABC):
         (``SLOTUNE_GPU_TYPES``). A real engine runs on whatever GPU it is given unless the
         cluster names the kind its space targets.
         """
-        return labels.get(spec.sim.gpu)
+        return labels.get(spec.gpu)
 
     # ---- what to run --------------------------------------------------------------
 

@@ -36,7 +36,7 @@ class SimEngine(EngineAdapter):
 
     def hardware_facts(self, probe: GPUProbe) -> dict[str, Any]:
         with contextlib.suppress(UnknownCatalogEntry):
-            gpu = get_gpu(self.spec.sim.gpu)
+            gpu = get_gpu(self.spec.gpu)
             return {"gpu_name": f"{gpu.device_name} (simulated)",
                     "gpu_memory_bytes": gpu.memory_bytes}
         return {}
@@ -51,13 +51,13 @@ class SimEngine(EngineAdapter):
     def gpu_type(cls, spec: TrialSpec, labels: Mapping[str, str]) -> str | None:
         # The simulator models one catalogue GPU: its trials go where that type is
         # declared (under the cluster's label for it, else under its own name).
-        return labels.get(spec.sim.gpu, spec.sim.gpu)
+        return labels.get(spec.gpu, spec.gpu)
 
     def command(self, port: int) -> list[str]:
         sim = self.spec.sim
         flags = dict(self.spec.engine_flags)
         return [sys.executable, "-m", "workers.sim", "serve", self.spec.model,
                 "--host", self.host, "--port", str(port), *flag_args(flags),
-                "--sim-gpu", sim.gpu, "--sim-seed", str(sim.seed),
+                "--sim-gpu", self.spec.gpu, "--sim-seed", str(sim.seed),
                 "--sim-noise", str(sim.noise), "--sim-time-scale", str(sim.time_scale),
                 "--sim-cost-model", sim.cost_model]

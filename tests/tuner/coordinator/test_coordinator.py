@@ -335,7 +335,7 @@ TP_SPACE: dict[str, Any] = {
     "workload": {"name": "tp-4rps", "dataset": {"kind": "random", "input_len": 256,
                                                 "output_len": 64},
                  "arrivals": {"request_rate": 4}, "num_prompts": 40, "warmup_requests": 2},
-    "slo": "ttft:300,tpot:50", "sim": {"gpu": "rtx4090", "time_scale": 3},
+    "slo": "ttft:300,tpot:50", "sim": {"time_scale": 3},
 }
 
 

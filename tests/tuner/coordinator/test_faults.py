@@ -34,7 +34,7 @@ from tuner.db.models import Sweep
 from tuner.executors import RayExecutor, VirtualExecutor
 from tuner.store import Store
 from tuner.sweeps import SweepBudget, SweepRequest, queue_sweep
-from workers.contracts import SLO, SimOptions, TrialResult, TrialSpec
+from workers.contracts import SLO, TrialResult, TrialSpec
 from workers.trial import run_trial
 
 pytestmark = pytest.mark.slow
@@ -51,7 +51,7 @@ SMALL_SPACE: dict[str, Any] = {
                                                     "output_len": 128},
                  "arrivals": {"request_rate": 4}, "num_prompts": 100, "warmup_requests": 2},
     "slo": "ttft:300,tpot:50",
-    "sim": {"gpu": "rtx4090", "time_scale": 2},
+    "sim": {"time_scale": 2},
 }
 
 
@@ -204,7 +204,7 @@ def test_engine_log_over_its_disk_budget_is_capped_and_the_trial_scores(
         "env_passthrough": ["SLOTUNE_SIM_GPU"], "knobs": {"quantization": "fp8"},
         "workload": {"dataset": {"kind": "random", "input_len": 256, "output_len": 32},
                      "arrivals": {"request_rate": 4}, "num_prompts": 20},
-        "slo": SLO.parse("ttft:500,tpot:60"), "sim": SimOptions(gpu="rtx4090"),
+        "slo": SLO.parse("ttft:500,tpot:60"), "gpu": "rtx4090",
     })
     workdir = tmp_path / "trial"
     result = run_trial(spec, workdir=workdir)

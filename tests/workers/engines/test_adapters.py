@@ -21,7 +21,7 @@ import pytest
 
 from tests import realvllm
 from tests.procscan import engine_pids
-from workers.contracts import SLO, SimOptions, TrialSpec, TrialTimeouts, Workload
+from workers.contracts import SLO, TrialSpec, TrialTimeouts, Workload
 from workers.engines import (
     EngineAdapter,
     EngineFailure,
@@ -47,11 +47,13 @@ def make_spec(engine: str, **overrides: object) -> TrialSpec:
         "trial_id": f"adapter-{uuid.uuid4().hex[:8]}", "engine": engine, "model": QWEN7B,
         "knobs": {"max_num_seqs": 64, "enable_prefix_caching": False},
         "workload": Workload(), "slo": SLO(ttft=300),
-        "sim": SimOptions(gpu="rtx4090"), "timeouts": TrialTimeouts(startup_s=30),
-        "engine_binary": SIM_BINARY,
-        # The simulator takes its --sim-* settings from the environment when driven as vllm.
+        "gpu": "rtx4090", "timeouts": TrialTimeouts(startup_s=30),
         "env_passthrough": ("SLOTUNE_SIM_GPU", "HF_TOKEN"),
     }
+    if engine == "vllm":
+        # The simulator behind a vllm-like executable; it takes its --sim-* settings from
+        # the environment when driven as vllm.
+        base["engine_binary"] = SIM_BINARY
     base.update(overrides)
     return TrialSpec.model_validate(base)
 

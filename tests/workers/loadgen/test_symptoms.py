@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from workers.contracts import SLO, SimOptions, TrialSpec
+from workers.contracts import SLO, TrialSpec
 from workers.loadgen.client import RequestRecord, RequestTimings
 from workers.loadgen.runner import SendLag
 from workers.loadgen.symptoms import symptoms
@@ -21,7 +21,7 @@ def _spec(dataset: dict[str, Any], rate: float, **knobs: Any) -> TrialSpec:
         "engine_args": {"max_model_len": 8192},
         "workload": {"name": "w", "dataset": dataset, "arrivals": {"request_rate": rate},
                      "num_prompts": 300, "warmup_requests": 4},
-        "slo": SLO.parse("ttft:300,tpot:50"), "sim": SimOptions(gpu="rtx4090"),
+        "slo": SLO.parse("ttft:300,tpot:50"), "gpu": "rtx4090",
     })
 
 
