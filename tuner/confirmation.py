@@ -33,6 +33,8 @@ POLL_S = 2.0
 def top_configurations(results: Sequence[tuple[Mapping[str, KnobValue], TrialResult]],
                        n: int) -> list[int]:
     """Indexes into ``results`` of the ``n`` best ok configurations, distinct params."""
+    if n <= 0:
+        return []  # confirmation is off
     ok = [i for i, (_, res) in enumerate(results) if res.status == "ok" and res.objective > 0]
     chosen: list[int] = []
     seen: set[str] = set()

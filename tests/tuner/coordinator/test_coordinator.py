@@ -174,6 +174,7 @@ def test_plateau_stops_the_search(store: Store, migrated_url: str) -> None:
     final = run(store, migrated_url, lab(max_trials=30, plateau_trials=4, confirm_top=0))
     assert final.stop_reason is not None and final.stop_reason.startswith("plateau")
     assert final.progress["trials"] < 30
+    assert not final.progress.get("confirmation")  # confirm_top 0: nothing re-run
 
 
 def test_gpu_hour_budget_stops_the_search(store: Store, migrated_url: str) -> None:

@@ -180,6 +180,7 @@ def test_top_configurations_are_the_best_distinct_ok_ones() -> None:
     results = [(SLOW, result(1.0)), (FAST, result(3.0)), (FAST, result(2.9)),
                (SLOW, result(0.0)), ({**FAST, "max_num_seqs": 64}, result(2.0)),
                ({**FAST, "max_num_seqs": 256}, crashed)]
+    assert top_configurations(results, 0) == []  # confirm_top 0: confirmation is off
     assert top_configurations(results, 2) == [1, 4]
     assert top_configurations(results, 5) == [1, 4, 0]
     assert top_configurations([(SLOW, result(0.0))], 3) == []
