@@ -18,7 +18,7 @@ the planner's choice: measurements under several SLOs with none named is an erro
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Literal
 
@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict
 
 from tuner.db.records import SweepRecord, TrialRecord
 from tuner.store import Store
+from workers.contracts import replica_gpus
 from workers.engines.vllm import vllm_command
 
 __all__ = [
@@ -35,7 +36,6 @@ __all__ = [
     "NothingMeasured",
     "PlanError",
     "SloNeverMet",
-    "gpus_per_replica",
     "plan_capacity",
     "replicas_for",
 ]
@@ -118,12 +118,6 @@ def replicas_for(target_rps: float, per_replica_rps: float, headroom: float) -> 
     return replicas
 
 
-def gpus_per_replica(config: Mapping[str, Any]) -> int:
-    """GPUs one replica occupies: tensor × pipeline parallel size (1 when unset)."""
-    return _positive_int(config.get("tensor_parallel_size")) * _positive_int(
-        config.get("pipeline_parallel_size"))
-
-
 class _Candidate(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -204,7 +198,7 @@ def _plan(chosen: _Candidate, pool: Sequence[_Candidate], target_rps: float,
           headroom: float, newest: _Candidate) -> CapacityPlan:
     config = dict(chosen.trial.config)
     replicas = replicas_for(target_rps, chosen.per_replica, headroom)
-    per_gpu = gpus_per_replica(config)
+    per_gpu = replica_gpus(config)
     repeats = [c.trial.id for c in sorted(pool, key=lambda c: c.trial.id)
                if c.trial.id != chosen.trial.id and c.trial.config == config
                and (c.sweep.model, c.sweep.gpu) == (chosen.sweep.model, chosen.sweep.gpu)]
@@ -235,14 +229,6 @@ def _staleness(trial: TrialRecord, newest: TrialRecord) -> str | None:
         return None
     return (f"measured before the newest measurement (trial {newest.id}) changed "
             f"{', '.join(changed)}: re-measure before sizing on it")
-
-
-def _positive_int(value: Any) -> int:
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        return 1
-    return max(number, 1)
 
 
 def _describe(workload: str, model: str | None, gpu: str | None, slo: str | None) -> str:

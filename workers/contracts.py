@@ -10,6 +10,7 @@ errors, and every error names its field.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Annotated, Any, Literal, get_args
 
@@ -52,6 +53,8 @@ __all__ = [
     "TrialStatus",
     "TrialTimeouts",
     "Workload",
+    "lift_sim_gpu",
+    "replica_gpus",
 ]
 
 SLOMetric = Literal["ttft", "tpot", "itl", "e2el"]
@@ -474,14 +477,24 @@ class TrialSpec(_Strict):
 
     @property
     def gpus(self) -> int:
-        """Devices one replica of this configuration occupies: tensor × pipeline parallel
-        (GPUs; CPU cores for the CPU build, one per rank)."""
-        return self.tensor_parallel_size * _parallel_size(
-            self.engine_flags.get("pipeline_parallel_size", 1))
+        """Devices one replica of this configuration occupies (:func:`replica_gpus`)."""
+        return replica_gpus(self.engine_flags)
 
 
-def _parallel_size(value: KnobValue) -> int:
-    return max(1, int(value)) if isinstance(value, int | float | str) else 1
+def replica_gpus(flags: Mapping[str, Any]) -> int:
+    """Devices one replica of a configuration occupies: tensor × pipeline parallel size
+    (GPUs; CPU cores for vLLM's CPU build, one per rank). What the coordinator schedules
+    and what the capacity planner counts."""
+    return _parallel_size(flags.get("tensor_parallel_size")) * _parallel_size(
+        flags.get("pipeline_parallel_size"))
+
+
+def _parallel_size(value: Any) -> int:
+    """A parallel size as given (unset or unreadable: 1)."""
+    try:
+        return max(1, int(value))
+    except (TypeError, ValueError):
+        return 1
 
 
 class PhaseTimings(_Strict):

@@ -7,7 +7,15 @@ import math
 import pytest
 from pydantic import ValidationError
 
-from workers.contracts import SLO, Arrivals, RandomDataset, TraceDataset, TrialSpec, Workload
+from workers.contracts import (
+    SLO,
+    Arrivals,
+    RandomDataset,
+    TraceDataset,
+    TrialSpec,
+    Workload,
+    replica_gpus,
+)
 
 
 def test_slo_parse_forms() -> None:
@@ -88,3 +96,11 @@ def test_the_gpu_is_the_trials_and_engine_options_belong_to_their_engine() -> No
     assert TrialSpec.model_validate({**base, "engine": "vllm"}).engine == "vllm"
     with pytest.raises(ValidationError, match="engine_binary"):
         TrialSpec.model_validate({**base, "engine_binary": "/opt/v/bin/vllm"})
+
+
+def test_a_replica_occupies_tensor_times_pipeline_parallel_devices() -> None:
+    spec = TrialSpec(trial_id="t", model="m", workload=Workload(), slo=SLO(ttft=300),
+                     engine_args={"tensor_parallel_size": 2, "pipeline_parallel_size": 2})
+    assert spec.gpus == 4 and spec.tensor_parallel_size == 2  # what the coordinator holds
+    assert replica_gpus({"tensor_parallel_size": "4"}) == 4  # what the planner counts
+    assert replica_gpus({"tensor_parallel_size": "x", "pipeline_parallel_size": None}) == 1

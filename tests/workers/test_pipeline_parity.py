@@ -16,8 +16,10 @@ from typing import Any
 import pytest
 
 from tests.procscan import engine_pids
+from tuner.launcher import retry_as
 from workers.contracts import SLO, CapacitySearch, SimOptions, TrialResult, TrialSpec
 from workers.loadgen import load_workload
+from workers.loadgen.result import slotune_fields
 from workers.pipeline import capacity_search
 from workers.sim_trial import run_virtual_trial
 from workers.trial import run_trial
@@ -37,7 +39,7 @@ def _spec(rate: float = 3.0, prompts: int = 60, knobs: dict[str, Any] | None = N
         "trial_id": f"parity-{uuid.uuid4().hex[:8]}", "engine": "sim", "model": QWEN7B,
         "knobs": {"quantization": "fp8", **(knobs or {})},
         "engine_args": {"max_model_len": 4096}, "workload": data,
-        "slo": SLO.parse("ttft:300,tpot:50"), "gpu": "rtx4090", "sim": SimOptions(time_scale=3),
+        "slo": SLO.parse("ttft:300,tpot:50"), "gpu": "rtx4090", "sim": SimOptions(time_scale=2),
     }
     spec.update(overrides)
     return TrialSpec.model_validate(spec)
@@ -73,9 +75,20 @@ def _metric_fields(result: TrialResult) -> set[str]:
     return set(result.metrics) | {f"slotune.{k}" for k in ours}
 
 
+def _run_live(spec: TrialSpec) -> TrialResult:
+    """A live run, measured again when the load generator says the machine distorted it
+    (the coordinator's rule: on two busy cores the client can fall behind its schedule)."""
+    attempt = 1
+    result = run_trial(spec)
+    while retry_as(result, attempt) is not None:
+        attempt += 1
+        result = run_trial(spec)
+    return result
+
+
 @pytest.fixture(scope="module")
 def live() -> dict[str, TrialResult]:
-    results = {name: run_trial(spec) for name, spec in CASES.items()}
+    results = {name: _run_live(spec) for name, spec in CASES.items()}
     for result in results.values():
         assert engine_pids(result.trial_id) == []
     return results
@@ -91,7 +104,9 @@ def test_live_and_virtual_agree(case: str, live: dict[str, TrialResult]) -> None
     assert set(real.constraints) == set(virtual.constraints)
     assert set(real.slo_margins) == set(virtual.slo_margins)
     if case == "feasible":
-        assert real.gate_passed and virtual.gate_passed
+        assert real.gate_passed and virtual.gate_passed, (
+            {k: real.metrics.get(k) for k in ("p99_ttft_ms", "p99_tpot_ms")},
+            slotune_fields(real.metrics).get("send_lag_ms"))
         assert real.objective == pytest.approx(virtual.objective, rel=0.15)
     if case == "early_abort":
         assert real.objective == virtual.objective == 0.0

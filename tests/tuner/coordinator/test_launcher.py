@@ -163,12 +163,21 @@ def test_a_winner_whose_repeats_break_the_slo_is_not_held() -> None:
     assert outcome is not None and outcome.winner is not None and not outcome.held
 
 
+class Stalled(Scripted):
+    """Trials that never come back (a hung node), until they are cancelled."""
+
+    def wait(self, handles: list[Hashable], timeout_s: float) -> list[tuple[Hashable, TrialResult]]:
+        return []
+
+
 def test_a_stopped_confirmation_cancels_its_runs() -> None:
-    executor = Scripted(gpus=2)
+    executor = Stalled(gpus=2)
     beats = iter([True, False])
-    outcome = phase(executor, [], [FAST, SLOW]).run([FAST, SLOW],
-                                                    keep_going=lambda: next(beats, False))
-    assert outcome is None and executor.cancelled
+    confirmation = phase(executor, [], [FAST, SLOW])
+    outcome = confirmation.run([FAST, SLOW], keep_going=lambda: next(beats, False))
+    assert outcome is None
+    assert len(executor.cancelled) == 2 == len(executor.submitted)  # both in flight, both ended
+    assert len(confirmation.launcher) == 0 and confirmation.launcher.has_room()
 
 
 def test_top_configurations_are_the_best_distinct_ok_ones() -> None:
