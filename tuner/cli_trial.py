@@ -94,10 +94,10 @@ def build_spec(space: SearchSpace, sets: list[str], *, workload: str | None, slo
                 f"--{'num-prompts' if e['loc'][0] == 'num_prompts' else 'request-rate'}: "
                 f"{e['msg']}" for e in exc.errors())) from None
     sim = space.sim
-    if time_scale is not None and space.engine != "sim":
-        raise UsageError(f"--time-scale: an option of the simulated engine; space "
-                         f"{space.name!r} runs {space.engine} (drop it)")
     if time_scale is not None:
+        if space.engine != "sim":
+            raise UsageError(f"--time-scale: an option of the simulated engine; space "
+                             f"{space.name!r} runs {space.engine} (drop it)")
         sim = (sim or SimOptions()).model_copy(update={"time_scale": time_scale})
     spec = space.to_trial_spec(params, trial_id or f"manual-{uuid.uuid4().hex[:8]}",
                                workload=chosen, slo=chosen_slo, mode=mode, sim=sim)

@@ -61,7 +61,7 @@ from tuner.strategies import (
 )
 from tuner.study import sweep_study
 from tuner.sweeps import SweepBudget, resolve_space
-from workers.contracts import KnobValue, TrialResult, TrialSpec
+from workers.contracts import KnobValue, TrialResult, TrialSpec, replica_gpus
 from workers.engines import adapter_for
 
 log = logging.getLogger(__name__)
@@ -425,7 +425,7 @@ class SweepRunner:
             self.since_improvement += 1
 
     def _gpus_of(self, params: dict[str, KnobValue]) -> int:
-        return self._spec(params, "accounting").gpus
+        return replica_gpus({**self.space.fixed, **params})
 
     def _spec(self, params: dict[str, KnobValue], trial_id: str, **overrides: Any) -> TrialSpec:
         return self.space.to_trial_spec(params, trial_id, **overrides)

@@ -53,6 +53,7 @@ __all__ = [
     "TrialStatus",
     "TrialTimeouts",
     "Workload",
+    "engine_options_problem",
     "lift_sim_gpu",
     "replica_gpus",
 ]
@@ -372,6 +373,19 @@ class SimOptions(_Strict):
     cost_model: str = "roofline"
 
 
+def engine_options_problem(engine: str, sim: SimOptions | None, engine_binary: str | None,
+                           owner: str) -> str | None:
+    """What is wrong with giving these options to ``engine`` (None: nothing): one rule
+    for a space (``owner`` "space") and for the trial specs it makes ("trial")."""
+    if engine != "sim" and sim is not None and sim != SimOptions():
+        return (f"sim: options of the simulated engine; this {owner}'s engine is {engine} "
+                "(drop them)")
+    if engine == "sim" and engine_binary is not None:
+        return ("engine_binary: the simulated engine runs in slotune's own Python; "
+                "engine_binary is for engine: vllm")
+    return None
+
+
 def lift_sim_gpu(data: Any) -> Any:
     """Raw fields with the GPU in its place, ``gpu``, when given as ``sim.gpu`` (where
     earlier versions kept it); both, and different, are refused."""
@@ -440,12 +454,9 @@ class TrialSpec(_Strict):
 
     @model_validator(mode="after")
     def _options_of_its_engine(self) -> TrialSpec:
-        if self.engine != "sim" and self.sim != SimOptions():
-            raise ValueError(f"sim: options of the simulated engine; this trial's engine is "
-                             f"{self.engine} (drop them)")
-        if self.engine == "sim" and self.engine_binary is not None:
-            raise ValueError("engine_binary: the simulated engine runs in slotune's own "
-                             "Python; engine_binary is for a real engine")
+        problem = engine_options_problem(self.engine, self.sim, self.engine_binary, "trial")
+        if problem is not None:
+            raise ValueError(problem)
         return self
 
     @property

@@ -45,6 +45,7 @@ from workers.contracts import (
     SimOptions,
     TrialSpec,
     Workload,
+    engine_options_problem,
     lift_sim_gpu,
 )
 from workers.engines import ENGINES
@@ -312,13 +313,13 @@ class SearchSpace(_Strict):
         return self
 
     def _check_device(self) -> None:
+        if self.engine == "sim" and self.gpu not in GPUS:
+            raise ValueError(f"gpu {self.gpu!r}: the simulated engine models catalogue GPUs "
+                             f"only; valid: {', '.join(sorted(GPUS))}")
+        problem = engine_options_problem(self.engine, self.sim, self.engine_binary, "space")
+        if problem is not None:
+            raise ValueError(problem)
         if self.engine == "sim":
-            if self.gpu not in GPUS:
-                raise ValueError(f"gpu {self.gpu!r}: the simulated engine models catalogue GPUs "
-                                 f"only; valid: {', '.join(sorted(GPUS))}")
-            if self.engine_binary is not None:
-                raise ValueError("engine_binary: the simulated engine runs in slotune's own "
-                                 "Python; engine_binary is for engine: vllm")
             try:
                 get_model(self.model)
             except UnknownCatalogEntry:
@@ -326,9 +327,6 @@ class SearchSpace(_Strict):
                     f"model {self.model!r}: the simulated engine models catalogue models only; "
                     f"valid: {', '.join(sorted(MODELS))} (a local directory or any other "
                     "Hugging Face name needs engine: vllm)") from None
-        elif self.sim is not None and self.sim != SimOptions():
-            raise ValueError(f"sim: options of the simulated engine; this space's engine is "
-                             f"{self.engine} (drop them)")
 
     def _check_engine_args(self) -> None:
         """Every argument is one the engine takes, with a plausible value."""

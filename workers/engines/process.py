@@ -103,10 +103,7 @@ def die_with_parent() -> None:  # pragma: no cover - runs in the child before ex
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
