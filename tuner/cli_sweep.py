@@ -126,20 +126,23 @@ def slo_text(stored: str) -> str:
         return stored
 
 
-_BEST_FIELDS = ("workload", "model", "gpu", "slo", "objective", "capacity", "confirmed",
+_BEST_FIELDS = ("workload", "model", "gpu", "slo", "objective", "capacity", "gpus",
+                "capacity_per_gpu", "confirmed",
                 "repeats", "engine", "engine_version", "stale", "trial_id", "measured_at")
 
 
 def _best_table(rows: list[BestConfig], title: str) -> Table:
     table = Table(title=title)
-    for col in ("workload", "model", "GPU", "SLO", "objective", "capacity", "confirmed",
-                "engine", "measured", "trial"):
+    for col in ("workload", "model", "GPU", "SLO", "objective", "capacity (req/s)",
+                "GPUs", "per GPU", "confirmed", "engine", "measured", "trial"):
         table.add_column(col)
     for r in rows:
         confirmed = f"yes ({r.repeats} repeats)" if r.confirmed else "no"
         engine = " ".join(str(x) for x in (r.engine, r.engine_version) if x) or "—"
         table.add_row(r.workload, r.model, r.gpu, slo_text(r.slo), f"{r.objective:.3f}",
-                      "—" if r.capacity is None else f"{r.capacity:.2f}", confirmed,
+                      "—" if r.capacity is None else f"{r.capacity:.2f}", str(r.gpus),
+                      "—" if r.capacity_per_gpu is None else f"{r.capacity_per_gpu:.2f}",
+                      confirmed,
                       engine + (" [yellow](stale)[/]" if r.stale else ""),
                       r.measured_at.strftime("%Y-%m-%d %H:%M") if r.measured_at else "—",
                       str(r.trial_id))

@@ -65,7 +65,7 @@ from tuner.db.records import (
 )
 from tuner.db.session import make_db_engine, session_scope
 from tuner.settings import Settings, get_settings, redact_url
-from workers.contracts import SLO, ObjectiveMode, TrialResult, TrialSpec, Workload
+from workers.contracts import SLO, ObjectiveMode, TrialResult, TrialSpec, Workload, replica_gpus
 
 __all__ = [
     "BestConfig",
@@ -409,7 +409,8 @@ class Store:
                 _hold(session, _same_sweep(lease, sweep_id))
             trial = SweepTrial(
                 sweep_id=sweep_id, number=number, attempt=attempt, params=dict(params),
-                config=config, spec=spec.model_dump(mode="json") if spec else None,
+                config=config, gpus=replica_gpus(config),
+                spec=spec.model_dump(mode="json") if spec else None,
                 status=status, confirmed=False, worker=worker, node=node,
                 started_at=now if status == "running" else None, heartbeat_at=now,
             )

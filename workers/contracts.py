@@ -562,7 +562,8 @@ class TrialResult(_Strict):
     failure_message: str | None = None
     log_tail: str | None = None
     objective: float = 0.0
-    """goodput mode: request_goodput when the gate holds, else 0; capacity: req/s."""
+    """goodput mode: request_goodput when the gate holds, else 0; capacity mode: the
+    capacity per GPU of the replica (req/s ÷ TP × PP; ``capacity`` is per replica)."""
     request_goodput: float | None = None
     gate_passed: bool = False
     constraints: dict[str, float] = Field(default_factory=dict)
@@ -576,6 +577,7 @@ class TrialResult(_Strict):
     diagnosis: dict[str, Any] | None = None
     early_abort: str | None = None
     capacity: float | None = None
+    """capacity mode: the highest rate (req/s) at which one replica held the SLO."""
     capacity_probes: tuple[CapacityProbe, ...] = ()
     engine: EngineFacts = Field(default_factory=EngineFacts)
     timings: PhaseTimings = Field(default_factory=PhaseTimings)

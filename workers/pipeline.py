@@ -11,7 +11,8 @@ can end with — so a virtual trial answers what the live one would, field for f
   ``slo_margins`` for the targets with a finite observation, the vLLM-format metrics;
 * ``failed``: a failure class and message (``fits: 1`` for a refusal or an OOM, which
   teaches the sampler the configuration does not fit; ``-1`` otherwise), no metrics;
-* capacity mode: the highest passing rate and every probe; when no rate passes, the
+* capacity mode: the highest passing rate (``capacity``, per replica), every probe, and
+  the objective that rate per GPU of the replica (TP × PP); when no rate passes, the
   lowest probe's scored run with objective 0 (it says how far off the SLO was); a probe
   over the error budget does not pass, and a lowest probe over it fails the trial
   ``benchmark_errors`` (the engine could not serve, whatever the rate).
@@ -204,7 +205,10 @@ async def _capacity(spec: TrialSpec, backend: Backend, timings: dict[str, float 
         scored = _scored(spec, backend, lowest, timings, detailed)
         return scored.model_copy(update={**found, "objective": 0.0, "gate_passed": False})
     scored = _scored(spec, backend, runs[capacity], timings, detailed)
-    return scored.model_copy(update={**found, "objective": capacity})
+    # The objective is what one GPU of the replica carries: a search over tensor
+    # parallelism must not simply prefer more GPUs (two TP-4 replicas may carry more
+    # than one TP-8). The per-replica capacity, what the planner divides by, stays.
+    return scored.model_copy(update={**found, "objective": capacity / spec.gpus})
 
 
 def _over_budget(spec: TrialSpec, measured: Measured) -> str | None:

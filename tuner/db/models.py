@@ -199,6 +199,9 @@ class SweepTrial(Base):
     failure_class: Mapped[str | None] = mapped_column(String(32))
     objective: Mapped[float | None] = mapped_column(Float)
     capacity: Mapped[float | None] = mapped_column(Float)
+    """Capacity mode: the highest rate one replica held the SLO at (req/s)."""
+    gpus: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    """Devices one replica of ``config`` occupies (tensor × pipeline parallel size)."""
     result: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     diagnosis: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     timings: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
@@ -270,6 +273,8 @@ best_config_view = Table(
     Column("config", JSONType),
     Column("objective", Float),
     Column("capacity", Float),
+    Column("gpus", Integer),
+    Column("capacity_per_gpu", Float),
     Column("confirmed", Boolean),
     Column("trial_id", Integer),
     Column("measured_at", UTCDateTime),

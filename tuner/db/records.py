@@ -108,6 +108,7 @@ class TrialRecord(_Record):
     failure_class: str | None
     objective: float | None
     capacity: float | None
+    gpus: int = 1
     result: dict[str, Any] | None
     diagnosis: dict[str, Any] | None
     timings: dict[str, Any] | None
@@ -164,6 +165,10 @@ class BestConfig(_Record):
     config: dict[str, Any]
     objective: float
     capacity: float | None
+    gpus: int = 1
+    """Devices one replica occupies (TP × PP)."""
+    capacity_per_gpu: float | None = None
+    """``capacity / gpus``: what the view ranks by (None: no capacity measured)."""
     confirmed: bool
     trial_id: int
     measured_at: datetime | None

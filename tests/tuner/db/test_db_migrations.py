@@ -147,3 +147,33 @@ def test_the_view_revision_fills_in_trials_stored_before_it(empty_url: str) -> N
         assert (filled.engine, filled.engine_version, filled.headroom) == ("vllm", "0.32.0", 0.7)
         [row] = store.best_for_workload("w")
         assert (row.trial_id, row.engine_version, row.stale) == (trial.id, "0.32.0", False)
+
+
+def test_the_per_gpu_revision_counts_the_gpus_of_trials_stored_before_it(
+        empty_url: str) -> None:
+    migrate.upgrade(empty_url)
+    with Store(empty_url) as store:
+        sweep = store.create_sweep(name="s", workload=Workload(name="w"), slo=SLO(ttft=300),
+                                   space={}, model="m", gpu="h200", strategy="grid",
+                                   mode="capacity")
+        ids = []
+        for number, (tp, capacity) in enumerate(((4, 24.0), (1, 7.0))):
+            spec = TrialSpec(trial_id=f"t{number}", model="m", knobs={
+                "tensor_parallel_size": tp}, workload=Workload(name="w"), slo=SLO(ttft=300))
+            trial = store.start_trial(sweep.id, number=number, params=spec.knobs, spec=spec)
+            store.finish_trial(trial.id, TrialResult(
+                trial_id=f"t{number}", status="ok", objective=capacity, capacity=capacity))
+            ids.append(trial.id)
+    migrate.downgrade(empty_url, "0004")  # as a database migrated before this revision
+    engine = make_db_engine(empty_url)
+    try:
+        columns = {c["name"] for c in inspect(engine).get_columns(BEST_CONFIG_VIEW)}
+        assert "capacity_per_gpu" not in columns and "capacity" in columns
+    finally:
+        engine.dispose()
+    migrate.upgrade(empty_url)
+    with Store(empty_url) as store:
+        assert [store.get_trial(i).gpus for i in ids] == [4, 1]
+        [row] = store.best_for_workload("w")
+        # 24 req/s on 4 GPUs is 6 per GPU, below 7 on one: the TP-1 trial ranks first.
+        assert (row.trial_id, row.gpus, row.capacity_per_gpu) == (ids[1], 1, 7.0)

@@ -269,6 +269,28 @@ def test_view_picks_confirmed_first_then_highest_objective(store: Store) -> None
         store.mark_confirmed(failed.id)
 
 
+def _capacity_trial(store: Store, sweep_id: int, number: int, *, tp: int,
+                    capacity: float) -> int:
+    """A capacity-mode trial of a TP-``tp`` configuration: objective per GPU, as run."""
+    params = {"tensor_parallel_size": tp, "max_num_seqs": 64 * (number + 1)}
+    spec = TrialSpec(trial_id=f"t{number}", model="m-70b", knobs=params,
+                     workload=Workload(name="chat"), slo=SLO_A, mode="capacity")
+    trial = store.start_trial(sweep_id, number=number, params=params, spec=spec)
+    store.finish_trial(trial.id, _ok(capacity / tp, capacity=capacity))
+    return trial.id
+
+
+def test_view_ranks_capacity_per_gpu_not_per_replica(store: Store) -> None:
+    chat = _sweep(store)
+    _capacity_trial(store, chat.id, 0, tp=8, capacity=40.0)  # 5 req/s per GPU
+    two = _capacity_trial(store, chat.id, 1, tp=2, capacity=16.0)  # 8 req/s per GPU
+    _capacity_trial(store, chat.id, 2, tp=4, capacity=28.0)  # 7 req/s per GPU
+    [best] = store.best_for_workload("chat")
+    assert (best.trial_id, best.gpus, best.capacity) == (two, 2, 16.0)
+    assert best.capacity_per_gpu == pytest.approx(8.0)
+    assert store.get_trial(two).gpus == 2
+
+
 def test_view_has_one_row_per_workload_model_gpu_slo(store: Store) -> None:
     _measured(store, _sweep(store, workload="chat").id, 0, 10.0)
     _measured(store, _sweep(store, workload="chat", slo=SLO_B).id, 0, 20.0)
