@@ -204,7 +204,13 @@ class BestOut(_Out):
     """Canonical SLO JSON, e.g. ``{"percentile":99.0,"tpot":50.0,"ttft":300.0}``."""
     config: dict[str, Any]
     objective: float
+    """goodput mode: request goodput (req/s); capacity mode: capacity per GPU."""
     capacity: float | None
+    """Capacity mode: the highest rate one replica held the SLO at (req/s)."""
+    gpus: int = 1
+    """Devices one replica occupies (tensor × pipeline parallel size)."""
+    capacity_per_gpu: float | None = None
+    """``capacity / gpus``, what the view ranks by; None where no capacity was measured."""
     confirmed: bool
     trial_id: int
     measured_at: datetime | None
