@@ -11,24 +11,38 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import (
+    AliasChoices,
+    Field,
+    SecretStr,
+    StringConstraints,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+)
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 __all__ = [
+    "DEFAULT_GPU_PRICES",
+    "GPU_PRICE_MAX",
     "ApiSettings",
     "DatabaseSettings",
+    "GpuName",
+    "GpuPrice",
     "MissingSecret",
+    "PlannerSettings",
     "RaySettings",
     "Settings",
     "default_data_dir",
     "get_settings",
+    "gpu_price_table",
     "normalize_database_url",
     "redact_url",
 ]
@@ -179,6 +193,75 @@ def _non_blank(secret: SecretStr | None) -> SecretStr | None:
     return secret
 
 
+GPU_PRICE_MAX = 1e6
+"""The most a GPU-hour may cost (USD): keeps every cost a finite number in JSON."""
+
+# A GPU's name as sweeps store it; the same rule as the API's names (no NUL: Postgres
+# text cannot hold one).
+GpuName = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^[^\x00]+$")]
+GpuPrice = Annotated[float, Field(ge=0, le=GPU_PRICE_MAX, allow_inf_nan=False, strict=True)]
+"""USD per GPU-hour: a finite number, 0 … :data:`GPU_PRICE_MAX` (not text, not a bool)."""
+
+# Rough on-demand list prices of GPU clouds (USD per GPU-hour, 2025) for the simulator's
+# catalogue, so a plan has a cost out of the box. They are placeholders, not quotes: set
+# SLOTUNE_GPU_PRICES (or a request's gpu_prices) to what you actually pay. "cpu" (vLLM's
+# CPU build) is deliberately unpriced.
+DEFAULT_GPU_PRICES: Mapping[str, float] = {
+    "a100-80g": 1.8,
+    "h100-sxm": 3.0,
+    "h200": 3.8,
+    "l40s": 1.0,
+    "rtx4090": 0.5,
+}
+
+_PRICE_TABLE: TypeAdapter[dict[str, float]] = TypeAdapter(dict[GpuName, GpuPrice])
+_PRICE_FORM = ('a JSON object of GPU name → USD per GPU-hour (a number from 0 to '
+               f'{GPU_PRICE_MAX:g}), e.g. \'{{"h100-sxm": 3.0, "l40s": 1.0}}\'')
+
+
+def gpu_price_table(value: object, source: str, form: str = _PRICE_FORM) -> dict[str, float]:
+    """``value`` (JSON text or a mapping) as a price table, or ``ValueError`` naming
+    ``source`` (where the value came from) and ``form``, the form it takes there."""
+    try:
+        if isinstance(value, str | bytes):
+            return _PRICE_TABLE.validate_json(value)
+        return _PRICE_TABLE.validate_python(value)
+    except ValidationError as exc:
+        problems = "; ".join(_problem(e["loc"], e["msg"])
+                             for e in exc.errors(include_url=False, include_input=False))
+        raise ValueError(f"{source}: expected {form}; {problems}") from None
+
+
+def _problem(loc: tuple[int | str, ...], msg: str) -> str:
+    if not loc:
+        return msg
+    if loc[-1] == "[key]":
+        return f"GPU name {loc[0]!r}: {msg}"
+    return f"price of {loc[0]!r}: {msg}"
+
+
+class PlannerSettings(BaseSettings):
+    """The capacity planner: what a GPU-hour costs, so plans compare by cost."""
+
+    model_config = SettingsConfigDict(extra="ignore", populate_by_name=True)
+
+    # NoDecode: the validator reads the JSON itself, so a bad value is refused with the
+    # variable's name and the form it takes, not pydantic-settings' generic parse error.
+    gpu_prices: Annotated[dict[str, float], NoDecode] = Field(
+        default_factory=dict, validation_alias=AliasChoices("SLOTUNE_GPU_PRICES", "gpu_prices"))
+    """:data:`DEFAULT_GPU_PRICES` with ``SLOTUNE_GPU_PRICES`` merged over them, per name."""
+
+    @field_validator("gpu_prices", mode="before")
+    @classmethod
+    def _over_defaults(cls, value: object) -> dict[str, float]:
+        return {**DEFAULT_GPU_PRICES, **gpu_price_table(value, "SLOTUNE_GPU_PRICES")}
+
+    def prices(self, overrides: Mapping[str, float] | None = None) -> dict[str, float]:
+        """The price table a plan uses: these settings, ``overrides`` (a request's
+        ``gpu_prices``) winning per GPU name."""
+        return {**self.gpu_prices, **(overrides or {})}
+
+
 class Settings(BaseSettings):
     """All of slotune's settings; each section reads its own environment variables."""
 
@@ -188,6 +271,7 @@ class Settings(BaseSettings):
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)
     ray: RaySettings = Field(default_factory=RaySettings)
     api: ApiSettings = Field(default_factory=ApiSettings)
+    planner: PlannerSettings = Field(default_factory=PlannerSettings)
 
 
 @lru_cache(maxsize=1)
