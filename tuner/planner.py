@@ -1,24 +1,35 @@
-"""The capacity planner: how many replicas of which configuration carry N req/s of a workload.
+"""The capacity planner: how many replicas of which configuration carry N req/s of a workload,
+and which of them costs least.
 
-It answers from what sweeps measured, never from a model of the hardware:
+It answers from what sweeps measured, never from a model of the hardware. A measurement's
+per-replica rate is, by basis:
 
-* **capacity basis** — a trial measured in capacity mode knows its per-replica capacity
-  (the highest request rate at which the SLO gate held, ``sweep_trials.capacity``);
+* **capacity** — a trial measured in capacity mode knows its per-replica capacity (the
+  highest request rate at which the SLO gate held, ``sweep_trials.capacity``). Its
+  *objective* is that capacity per GPU of the replica and is never read as the rate; only
+  rows stored before ``capacity`` was recorded (whose objective was the per-replica
+  capacity itself) fall back to the objective;
 * **goodput lower bound** — a goodput-mode trial only knows the goodput it reached at the
   workload's own rate. A replica that served that much within the SLO can serve at least
   that much, so the goodput is a *lower bound* on its capacity and the plan may
-  over-provision. Capacity measurements are preferred whenever one exists.
+  over-provision. It is used only for a (model, GPU) without any capacity measurement.
 
-Among the measurements of one (model, GPU), the pick follows ``best_config_per_workload``:
-confirmed trials first, then the highest per-replica rate, then the earliest trial. Across
-models/GPUs the plan needing the fewest GPUs wins. The SLO is the caller's constraint, not
-the planner's choice: measurements under several SLOs with none named is an error.
+Every measured configuration is a candidate: each (model, GPU, configuration) once, at
+the lowest rate its measurements (repeats included) reached, so a lucky run does not size
+the fleet. A candidate needs ``replicas_for(target, rate, headroom)`` replicas of
+``replica_gpus(config)`` GPUs each and costs ``gpus × price`` per hour. The plan is the
+cheapest; where a GPU has no price, priced plans come first (by cost) and unpriced ones
+after them (by GPUs). Ties: fewer GPUs, confirmed, the higher per-replica rate, the
+earliest trial. The SLO is the caller's constraint, not the planner's choice:
+measurements under several SLOs with none named is an error.
 """
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
@@ -32,6 +43,7 @@ from workers.engines.vllm import vllm_command
 __all__ = [
     "AmbiguousSlo",
     "Basis",
+    "CapacityOption",
     "CapacityPlan",
     "NothingMeasured",
     "PlanError",
@@ -45,10 +57,10 @@ Basis = Literal["capacity", "goodput_lower_bound"]
 _BASIS_NOTES: dict[Basis, str] = {
     "capacity": "per-replica capacity measured in capacity mode: the highest request rate "
                 "at which the SLO gate held on one replica",
-    "goodput_lower_bound": "only goodput-mode measurements exist: the goodput reached at the "
-                           "workload's own rate is a lower bound on per-replica capacity, so "
-                           "this plan may over-provision; run a capacity-mode sweep "
-                           "(mode: capacity) for a tight answer",
+    "goodput_lower_bound": "only goodput-mode measurements exist for this model on this GPU: "
+                           "the goodput reached at the workload's own rate is a lower bound "
+                           "on per-replica capacity, so this plan may over-provision; run a "
+                           "capacity-mode sweep (mode: capacity) for a tight answer",
 }
 
 
@@ -68,6 +80,34 @@ class AmbiguousSlo(PlanError):
     """Measurements exist under several SLOs and the caller named none (HTTP 422)."""
 
 
+class CapacityOption(BaseModel):
+    """The cheapest plan on one (model, GPU): the answer's alternatives, side by side."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model: str
+    gpu: str
+    replicas: int
+    gpus_per_replica: int
+    gpus: int
+    per_replica_rps: float
+    """The lowest rate the configuration's measurements reached (capacity, or goodput as
+    a lower bound)."""
+    planned_rps: float
+    price_per_gpu_hour: float | None
+    """USD per GPU-hour of ``gpu``; None where no price is known."""
+    cost_per_hour: float | None
+    """``gpus × price_per_gpu_hour`` (USD); None when unpriced."""
+    basis: Basis
+    config: dict[str, Any]
+    vllm_command: str
+    trial_ids: list[int]
+    """The measurement the rate comes from first, then the configuration's other ones."""
+    confirmed: bool
+    """Any of its measurements was confirmed."""
+    stale: str | None = None
+
+
 class CapacityPlan(BaseModel):
     """The answer: replicas × configuration, and what it rests on."""
 
@@ -84,7 +124,8 @@ class CapacityPlan(BaseModel):
     gpus_per_replica: int
     gpus: int
     per_replica_rps: float
-    """Measured per-replica rate (capacity, or goodput as a lower bound)."""
+    """Measured per-replica rate (capacity, or goodput as a lower bound): the lowest that
+    the configuration's measurements reached."""
     planned_rps: float
     """What the replicas carry while keeping the headroom spare: ≥ ``target_rps``."""
     config: dict[str, Any]
@@ -93,13 +134,21 @@ class CapacityPlan(BaseModel):
     basis_note: str
     confirmed: bool
     trial_ids: list[int]
-    """The chosen trial first, then the other measurements of the same configuration."""
+    """The trial the rate comes from first, then the other measurements of the same
+    configuration."""
     sweep_id: int
     measured_at: datetime | None
     engine_version: str | None = None
     stale: str | None = None
     """Set when the newest measurement of this (workload, model, gpu, slo) ran another
     engine version, GPU driver or model revision than the plan's trial: what changed."""
+    price_per_gpu_hour: float | None = None
+    cost_per_hour: float | None = None
+    """``gpus × price_per_gpu_hour`` (USD per hour); None when the GPU has no price."""
+    options: list[CapacityOption] = []
+    """The cheapest plan per (model, GPU), cheapest first; the chosen plan is the first."""
+    notes: list[str] = []
+    """What to know before sizing on it: staleness, unpriced GPUs, other SLOs."""
 
 
 def replicas_for(target_rps: float, per_replica_rps: float, headroom: float) -> int:
@@ -118,13 +167,24 @@ def replicas_for(target_rps: float, per_replica_rps: float, headroom: float) -> 
     return replicas
 
 
-class _Candidate(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
+@dataclass(frozen=True, slots=True)
+class _Measurement:
     sweep: SweepRecord
     trial: TrialRecord
     basis: Basis
     per_replica: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    """One configuration of one (model, GPU): its measurements, the most conservative
+    first."""
+
+    measurements: tuple[_Measurement, ...]
+
+    @property
+    def first(self) -> _Measurement:
+        return self.measurements[0]
 
 
 def plan_capacity(
@@ -136,85 +196,154 @@ def plan_capacity(
     model: str | None = None,
     gpu: str | None = None,
     slo: str | None = None,
+    gpu_prices: Mapping[str, float] | None = None,
 ) -> CapacityPlan:
-    """Plan replicas for ``target_rps`` of ``workload`` (``slo``: canonical SLO key).
+    """Plan replicas for ``target_rps`` of ``workload`` (``slo``: canonical SLO key) at the
+    least cost under ``gpu_prices`` (GPU name → USD per GPU-hour; the whole table, e.g.
+    :meth:`tuner.settings.PlannerSettings.prices`; without it, the fewest GPUs win).
 
     Raises :class:`~tuner.store.NotFound` for an unknown workload, :class:`NothingMeasured`,
     :class:`SloNeverMet` or :class:`AmbiguousSlo`.
     """
     store.get_workload(workload)  # NotFound for an unknown name, before anything else
+    prices = dict(gpu_prices or {})
     sweeps = [s for s in store.list_sweeps(workload=workload, limit=None).data
-              if (model is None or s.model == model) and (gpu is None or s.gpu == gpu)
-              and (slo is None or s.slo_key == slo)]
+              if (model is None or s.model == model) and (gpu is None or s.gpu == gpu)]
     asked = _describe(workload, model, gpu, slo)
-    measured = [_candidate(s, t) for s in sweeps
-                for t in store.list_trials(s.id, status="ok", limit=None).data
-                if t.objective is not None]
+    every = [_measurement(s, t) for s in sweeps
+             for t in store.list_trials(s.id, status="ok", limit=None).data
+             if t.objective is not None]
+    measured = [m for m in every if slo is None or m.sweep.slo_key == slo]
+    others = sorted({m.sweep.slo_key for m in every} - {slo}) if slo is not None else []
     if not measured:
+        if others:
+            raise NothingMeasured(
+                f"nothing measured yet for {asked}: no finished trial under that SLO; it was "
+                f"measured under {_slo_list(others)}: name {'it' if len(others) == 1 else 'one'} "
+                "with slo")
         raise NothingMeasured(f"nothing measured yet for {asked}: no finished trial")
-    slos = sorted({c.sweep.slo_key for c in measured})
+    slos = sorted({m.sweep.slo_key for m in measured})
     if len(slos) > 1:
         raise AmbiguousSlo(f"{asked} was measured under {len(slos)} SLOs ({'; '.join(slos)}); "
                            "name one with slo")
-    feasible = [c for c in measured if c.per_replica > 0]
-    pool = [c for c in feasible if c.basis == "capacity"] or feasible
-    if not pool:
+    candidates = _candidates(m for m in measured if m.per_replica > 0)
+    if not candidates:
         raise SloNeverMet(f"no configuration met the SLO {slos[0]} for {asked}: "
                           f"{len(measured)} trial(s) measured, all with objective 0")
 
-    best_per_group: dict[tuple[str, str], _Candidate] = {}
-    for c in sorted(pool, key=_view_rank):
-        best_per_group.setdefault((c.sweep.model, c.sweep.gpu), c)
-    plans = [_plan(c, pool, target_rps, headroom, _newest(measured, c))
-             for c in best_per_group.values()]
-    return min(plans, key=lambda p: (p.gpus, not p.confirmed, -p.per_replica_rps,
-                                     p.trial_ids[0]))
+    options: dict[tuple[str, str], CapacityOption] = {}
+    for candidate in candidates:
+        option = _option(candidate, target_rps, headroom, prices.get(candidate.first.sweep.gpu),
+                         _newest(measured, candidate.first))
+        group = (option.model, option.gpu)
+        if group not in options or _cost_rank(option) < _cost_rank(options[group]):
+            options[group] = option
+    ranked = sorted(options.values(), key=_cost_rank)
+    chosen = ranked[0]
+    rep = next(m for c in candidates for m in c.measurements
+               if m.trial.id == chosen.trial_ids[0])
+    return CapacityPlan(
+        workload=rep.sweep.workload, slo=rep.sweep.slo_key, target_rps=target_rps,
+        headroom=headroom, **chosen.model_dump(),
+        basis_note=_BASIS_NOTES[chosen.basis], sweep_id=rep.sweep.id,
+        measured_at=rep.trial.finished_at, engine_version=rep.trial.engine_version,
+        options=ranked, notes=_notes(chosen, ranked, others),
+    )
 
 
-def _candidate(sweep: SweepRecord, trial: TrialRecord) -> _Candidate:
+def _measurement(sweep: SweepRecord, trial: TrialRecord) -> _Measurement:
     objective = trial.objective or 0.0
     if trial.capacity is not None:
-        return _Candidate(sweep=sweep, trial=trial, basis="capacity", per_replica=trial.capacity)
-    if sweep.mode == "capacity":  # capacity mode's objective is the capacity itself
-        return _Candidate(sweep=sweep, trial=trial, basis="capacity", per_replica=objective)
-    return _Candidate(sweep=sweep, trial=trial, basis="goodput_lower_bound",
-                      per_replica=objective)
+        return _Measurement(sweep=sweep, trial=trial, basis="capacity",
+                            per_replica=trial.capacity)
+    if sweep.mode == "capacity":
+        # Rows stored before capacity was recorded: their objective was the per-replica
+        # capacity (now every capacity-mode row stores it, and the objective is per GPU).
+        return _Measurement(sweep=sweep, trial=trial, basis="capacity", per_replica=objective)
+    return _Measurement(sweep=sweep, trial=trial, basis="goodput_lower_bound",
+                        per_replica=objective)
 
 
-def _view_rank(c: _Candidate) -> tuple[bool, float, int]:
-    # best_config_per_workload's order: confirmed first, higher first, earliest first.
-    return (not c.trial.confirmed, -c.per_replica, c.trial.id)
+def _candidates(feasible: Iterable[_Measurement]) -> list[_Candidate]:
+    """One candidate per (model, GPU, configuration), from that (model, GPU)'s best basis:
+    capacity where it has any capacity measurement, else the goodput lower bound."""
+    by_group: dict[tuple[str, str], list[_Measurement]] = {}
+    for m in feasible:
+        by_group.setdefault((m.sweep.model, m.sweep.gpu), []).append(m)
+    candidates = []
+    for group in by_group.values():
+        basis: Basis = ("capacity" if any(m.basis == "capacity" for m in group)
+                        else "goodput_lower_bound")
+        by_config: dict[str, list[_Measurement]] = {}
+        for m in group:
+            if m.basis == basis:
+                by_config.setdefault(_config_key(m.trial.config), []).append(m)
+        candidates += [_Candidate(tuple(sorted(ms, key=lambda m: (m.per_replica, m.trial.id))))
+                       for ms in by_config.values()]
+    return candidates
 
 
-def _newest(measured: Sequence[_Candidate], chosen: _Candidate) -> _Candidate:
-    """The newest measurement of the chosen one's (model, gpu)."""
-    group = [c for c in measured
-             if (c.sweep.model, c.sweep.gpu) == (chosen.sweep.model, chosen.sweep.gpu)]
-    return max(group, key=lambda c: (c.trial.finished_at is not None, c.trial.finished_at
-                                     or datetime.min, c.trial.id))
+def _config_key(config: Mapping[str, Any]) -> str:
+    return json.dumps(config, sort_keys=True, default=str)
 
 
-def _plan(chosen: _Candidate, pool: Sequence[_Candidate], target_rps: float,
-          headroom: float, newest: _Candidate) -> CapacityPlan:
-    config = dict(chosen.trial.config)
-    replicas = replicas_for(target_rps, chosen.per_replica, headroom)
-    per_gpu = replica_gpus(config)
-    repeats = [c.trial.id for c in sorted(pool, key=lambda c: c.trial.id)
-               if c.trial.id != chosen.trial.id and c.trial.config == config
-               and (c.sweep.model, c.sweep.gpu) == (chosen.sweep.model, chosen.sweep.gpu)]
-    return CapacityPlan(
-        workload=chosen.sweep.workload, model=chosen.sweep.model, gpu=chosen.sweep.gpu,
-        slo=chosen.sweep.slo_key, target_rps=target_rps, headroom=headroom,
-        replicas=replicas, gpus_per_replica=per_gpu, gpus=replicas * per_gpu,
-        per_replica_rps=chosen.per_replica,
-        planned_rps=replicas * chosen.per_replica * (1.0 - headroom),
-        config=config, vllm_command=vllm_command(chosen.sweep.model, config),
-        basis=chosen.basis, basis_note=_BASIS_NOTES[chosen.basis],
-        confirmed=chosen.trial.confirmed, trial_ids=[chosen.trial.id, *repeats],
-        sweep_id=chosen.sweep.id, measured_at=chosen.trial.finished_at,
-        engine_version=chosen.trial.engine_version,
-        stale=_staleness(chosen.trial, newest.trial),
+def _option(candidate: _Candidate, target_rps: float, headroom: float, price: float | None,
+            newest: _Measurement) -> CapacityOption:
+    rep = candidate.first  # the lowest rate: the one the plan rests on
+    config = dict(rep.trial.config)
+    replicas = replicas_for(target_rps, rep.per_replica, headroom)
+    gpus = replicas * replica_gpus(config)
+    others = sorted(m.trial.id for m in candidate.measurements[1:])
+    return CapacityOption(
+        model=rep.sweep.model, gpu=rep.sweep.gpu, replicas=replicas,
+        gpus_per_replica=replica_gpus(config), gpus=gpus, per_replica_rps=rep.per_replica,
+        planned_rps=replicas * rep.per_replica * (1.0 - headroom),
+        price_per_gpu_hour=price, cost_per_hour=None if price is None else gpus * price,
+        basis=rep.basis, config=config, vllm_command=vllm_command(rep.sweep.model, config),
+        trial_ids=[rep.trial.id, *others],
+        confirmed=any(m.trial.confirmed for m in candidate.measurements),
+        stale=_staleness(rep.trial, newest.trial),
     )
+
+
+def _cost_rank(o: CapacityOption) -> tuple[bool, float, int, bool, float, int]:
+    # Priced before unpriced; then cost (rounded: 0.1 × 3 and 0.3 are the same price),
+    # fewer GPUs, confirmed, the higher per-replica rate, the earliest trial.
+    cost = 0.0 if o.cost_per_hour is None else round(o.cost_per_hour, 6)
+    return (o.cost_per_hour is None, cost, o.gpus, not o.confirmed, -o.per_replica_rps,
+            min(o.trial_ids))
+
+
+def _newest(measured: Sequence[_Measurement], chosen: _Measurement) -> _Measurement:
+    """The newest measurement of the chosen one's (model, gpu)."""
+    group = [m for m in measured
+             if (m.sweep.model, m.sweep.gpu) == (chosen.sweep.model, chosen.sweep.gpu)]
+    return max(group, key=lambda m: (m.trial.finished_at is not None, m.trial.finished_at
+                                     or datetime.min, m.trial.id))
+
+
+def _notes(chosen: CapacityOption, options: Sequence[CapacityOption],
+           other_slos: Sequence[str]) -> list[str]:
+    notes = []
+    if chosen.stale:
+        notes.append(f"The plan's configuration on {chosen.gpu} was {chosen.stale}.")
+    unpriced = sorted({o.gpu for o in options if o.price_per_gpu_hour is None})
+    if unpriced and len(unpriced) < len(options):
+        notes.append(f"No price for {', '.join(unpriced)}: plans on them are ranked after the "
+                     "priced ones, by GPUs; give gpu_prices (or SLOTUNE_GPU_PRICES) to compare "
+                     "them by cost.")
+    elif unpriced:
+        notes.append(f"No price for {', '.join(unpriced)}: plans are compared by GPUs and "
+                     "cost_per_hour is null; give gpu_prices (or SLOTUNE_GPU_PRICES) to "
+                     "compare them by cost.")
+    if other_slos:
+        notes.append(f"The same workload was also measured under {_slo_list(other_slos)}; "
+                     "those measurements were not used: the plan holds the SLO asked for.")
+    return notes
+
+
+def _slo_list(slos: Sequence[str]) -> str:
+    return ("another SLO " if len(slos) == 1 else f"{len(slos)} other SLOs ") + "; ".join(slos)
 
 
 def _staleness(trial: TrialRecord, newest: TrialRecord) -> str | None:

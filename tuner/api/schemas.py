@@ -21,8 +21,9 @@ from tuner.db.records import (
     TrialRecord,
     WorkloadRecord,
 )
-from tuner.planner import Basis, CapacityPlan
+from tuner.planner import Basis, CapacityOption, CapacityPlan
 from tuner.progress import SweepProgress
+from tuner.settings import GpuName, GpuPrice
 from workers.engines.vllm import vllm_command
 
 __all__ = [
@@ -278,6 +279,10 @@ class WorkloadOut(_Out):
                    updated_at=record.updated_at, best=[BestOut.from_record(b) for b in best])
 
 
+GPU_PRICES_MAX = 64
+"""The most GPU prices one capacity question may carry."""
+
+
 class CapacityIn(BaseModel):
     """How many replicas for ``target_rps`` of ``workload``?"""
 
@@ -292,6 +297,9 @@ class CapacityIn(BaseModel):
     target_rps: float = Field(gt=0, le=1e7)
     headroom: float = Field(0.2, ge=0, le=0.95)
     """Fraction of each replica's capacity kept spare (bursts, failover)."""
+    gpu_prices: dict[GpuName, GpuPrice] | None = Field(None, max_length=GPU_PRICES_MAX)
+    """GPU name → USD per GPU-hour, over the server's ``SLOTUNE_GPU_PRICES`` per name; the
+    plan is the cheapest that carries the target."""
 
 
 class CapacityOut(_Out):
@@ -317,6 +325,17 @@ class CapacityOut(_Out):
     engine_version: str | None = None
     stale: str | None = None
     """Set when a newer measurement ran another engine version: what to re-measure."""
+    price_per_gpu_hour: float | None = None
+    """USD per GPU-hour of ``gpu`` (the request's ``gpu_prices``, else the server's);
+    None where no price is known."""
+    cost_per_hour: float | None = None
+    """``gpus × price_per_gpu_hour``; None when unpriced."""
+    options: list[CapacityOption] = []
+    """The cheapest plan per (model, GPU), cheapest first (this plan is the first):
+    unpriced GPUs after the priced ones, by GPUs."""
+    notes: list[str] = []
+    """Sentences to read before sizing on the plan: a stale measurement, unpriced GPUs,
+    measurements under other SLOs that were not used."""
 
     @classmethod
     def from_plan(cls, plan: CapacityPlan) -> CapacityOut:

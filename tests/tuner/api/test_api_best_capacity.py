@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import httpx
 import pytest
 
+from tests.tuner.api.conftest import ClientFactory
 from tests.tuner.api.data import measure, queue, result
 from tuner.planner import replicas_for
+from tuner.settings import DEFAULT_GPU_PRICES
 from tuner.store import Store
-from workers.contracts import EngineFacts, Workload
+from workers.contracts import SLO, EngineFacts, ObjectiveMode, Workload
 
 SLO_KEY = '{"percentile":99.0,"tpot":50.0,"ttft":300.0}'
 TP2 = {"max_num_seqs": 128, "max_num_batched_tokens": 4096, "tensor_parallel_size": 2}
@@ -81,22 +84,24 @@ async def test_a_workload_where_nothing_met_the_slo_has_no_best_but_a_reason(
 async def test_capacity_from_a_capacity_mode_sweep(client: httpx.AsyncClient,
                                                    store: Store) -> None:
     sweep = await queue(client, mode="capacity")
-    chosen = measure(store, sweep["id"], 0, TP2, 37.5, capacity=37.5)
+    first = measure(store, sweep["id"], 0, TP2, 37.5, capacity=37.5)
     measure(store, sweep["id"], 1, {**TP2, "max_num_seqs": 64}, 30.0, capacity=30.0)
-    repeat = measure(store, sweep["id"], 2, TP2, 36.0, capacity=36.0)
+    repeat = measure(store, sweep["id"], 2, TP2, 36.0, capacity=36.0, confirmed=True)
 
     response = await client.post("/api/v1/capacity",
                                  json={"workload": "lab-4rps", "target_rps": 100})
     assert response.status_code == 200, response.text
     plan = response.json()
     assert plan["basis"] == "capacity" and "capacity mode" in plan["basis_note"]
-    assert plan["per_replica_rps"] == 37.5 and plan["headroom"] == 0.2
+    # The configuration's repeat reached less: the plan rests on the lower of the two, and
+    # the configuration counts as confirmed because one of its measurements was.
+    assert plan["per_replica_rps"] == 36.0 and plan["headroom"] == 0.2
     _covers(plan, 100)
     assert plan["replicas"] == 4 and plan["gpus_per_replica"] == 2 and plan["gpus"] == 8
-    assert plan["config"] == TP2 and plan["trial_ids"] == [chosen, repeat]
+    assert plan["config"] == TP2 and plan["trial_ids"] == [repeat, first]
     assert plan["vllm_command"].startswith("vllm serve Qwen/Qwen2.5-7B-Instruct ")
     assert "--tensor-parallel-size=2" in plan["vllm_command"]
-    assert plan["planned_rps"] >= 100 and plan["confirmed"] is False
+    assert plan["planned_rps"] >= 100 and plan["confirmed"] is True
 
     for target, headroom in ((100, 0.0), (100, 0.5), (7.5, 0.2), (1000, 0.35)):
         plan = (await client.post("/api/v1/capacity", json={
@@ -109,23 +114,29 @@ async def test_a_plan_on_a_measurement_older_than_the_engine_says_so(
         client: httpx.AsyncClient, store: Store) -> None:
     sweep = await queue(client, mode="capacity")
 
-    def measured(number: int, capacity: float, version: str) -> int:
-        trial = store.start_trial(sweep["id"], number=number, params=TP2)
+    def measured(number: int, capacity: float, version: str, config: dict[str, int]) -> int:
+        trial = store.start_trial(sweep["id"], number=number, params=config)
         stored = result(capacity, capacity=capacity).model_copy(
             update={"engine": EngineFacts(engine_version=version)})
         store.finish_trial(trial.id, stored)
         return trial.id
 
-    before = measured(0, 37.5, "0.30.0")
+    before = measured(0, 37.5, "0.30.0", TP2)
     ask = {"workload": "lab-4rps", "target_rps": 100}
     plan = (await client.post("/api/v1/capacity", json=ask)).json()
     assert (plan["trial_ids"][0], plan["engine_version"], plan["stale"]) == (
         before, "0.30.0", None)
-    after = measured(1, 30.0, "0.33.0")  # the engine was upgraded; the old best still wins
+    assert plan["notes"] == []
+    # The engine was upgraded and another configuration measured on it; the old one still
+    # needs fewer GPUs (4 × 2 against 5 × 2) and wins, on a measurement that is now old.
+    after = measured(1, 30.0, "0.33.0", {**TP2, "max_num_seqs": 64})
     plan = (await client.post("/api/v1/capacity", json=ask)).json()
     assert plan["trial_ids"][0] == before and plan["engine_version"] == "0.30.0"
-    assert plan["stale"] == (f"measured before the newest measurement (trial {after}) changed "
-                             "engine 0.30.0 → 0.33.0: re-measure before sizing on it")
+    stale = (f"measured before the newest measurement (trial {after}) changed engine 0.30.0 → "
+             "0.33.0: re-measure before sizing on it")
+    assert plan["stale"] == stale and plan["notes"] == [
+        f"The plan's configuration on rtx4090 was {stale}."]
+    assert plan["options"][0]["stale"] == stale
     [row] = (await client.get("/api/v1/workloads/lab-4rps/best")).json()["data"]
     assert (row["trial_id"], row["stale"]) == (before, True)
 
@@ -215,3 +226,196 @@ def test_replicas_is_the_fewest_that_cover_the_target() -> None:
     assert replicas_for(100, 62.5, 0.2) == 2 and replicas_for(100, 37.5, 0.2) == 4
     with pytest.raises(ValueError):
         replicas_for(100, 0.0, 0.2)
+
+
+# --- the cost-aware planner: every measured configuration, on every GPU, by cost ----------
+
+FLEET = Workload(name="fleet")
+QWEN = "Qwen/Qwen2.5-7B-Instruct"
+SEQS = {"max_num_seqs": 128}
+STRICT, LOOSE = "ttft:300,tpot:50", "ttft:1000,tpot:100"
+LOOSE_KEY = '{"percentile":99.0,"tpot":100.0,"ttft":1000.0}'
+
+
+def on_gpu(store: Store, gpu: str, *, slo: str = STRICT,
+           mode: ObjectiveMode = "capacity") -> int:
+    """A sweep of the fleet workload on ``gpu``, stored the way the API queues one."""
+    return store.create_sweep(name=f"{gpu}-{mode}-{slo}", workload=FLEET, slo=SLO.parse(slo),
+                              space={}, model=QWEN, gpu=gpu, strategy="random",
+                              mode=mode).id
+
+
+def held(store: Store, sweep_id: int, number: int, config: dict[str, int], capacity: float,
+         *, per_gpu: float, confirmed: bool = False) -> int:
+    """A capacity-mode trial as the coordinator stores it: the per-replica capacity, and
+    the objective per GPU of the replica (given, not derived here)."""
+    return measure(store, sweep_id, number, config, per_gpu, capacity=capacity,
+                   confirmed=confirmed)
+
+
+async def plan_for(client: httpx.AsyncClient, **body: object) -> dict[str, Any]:
+    response = await client.post("/api/v1/capacity", json={"workload": "fleet", **body})
+    assert response.status_code == 200, response.text
+    answer: dict[str, Any] = response.json()
+    return answer
+
+
+def _sides(plan: dict[str, Any]) -> list[tuple[object, ...]]:
+    return [(o["gpu"], o["replicas"], o["gpus"], o["price_per_gpu_hour"], o["cost_per_hour"])
+            for o in plan["options"]]
+
+
+async def test_the_cheapest_plan_wins_even_with_more_gpus(client: httpx.AsyncClient,
+                                                          store: Store) -> None:
+    fast = held(store, on_gpu(store, "h100-sxm"), 0, SEQS, 30.0, per_gpu=30.0)
+    slow = held(store, on_gpu(store, "l40s"), 0, SEQS, 12.0, per_gpu=12.0)
+    # 48 req/s at 20% headroom: 2 × h100 (24 req/s usable each) or 5 × l40s (9.6 each).
+    plan = await plan_for(client, target_rps=48, gpu_prices={"h100-sxm": 3.0, "l40s": 1.0})
+    assert (plan["gpu"], plan["replicas"], plan["gpus"]) == ("l40s", 5, 5)
+    assert (plan["price_per_gpu_hour"], plan["cost_per_hour"]) == (1.0, 5.0)
+    assert plan["trial_ids"] == [slow] and plan["per_replica_rps"] == 12.0
+    assert _sides(plan) == [("l40s", 5, 5, 1.0, 5.0), ("h100-sxm", 2, 2, 3.0, 6.0)]
+    h100 = plan["options"][1]
+    assert (h100["model"], h100["gpus_per_replica"], h100["per_replica_rps"]) == (QWEN, 1, 30.0)
+    assert (h100["basis"], h100["config"], h100["trial_ids"]) == ("capacity", SEQS, [fast])
+    assert h100["vllm_command"] == f"vllm serve {QWEN} --max-num-seqs=128"
+    assert h100["planned_rps"] == pytest.approx(48.0) and h100["confirmed"] is False
+    assert plan["notes"] == []
+
+    flipped = await plan_for(client, target_rps=48, gpu_prices={"h100-sxm": 2.0, "l40s": 3.0})
+    assert (flipped["gpu"], flipped["gpus"], flipped["cost_per_hour"]) == ("h100-sxm", 2, 4.0)
+    assert flipped["trial_ids"] == [fast]
+    assert _sides(flipped) == [("h100-sxm", 2, 2, 2.0, 4.0), ("l40s", 5, 5, 3.0, 15.0)]
+    # The same cost both ways ($5/h): the plan with fewer GPUs.
+    even = await plan_for(client, target_rps=48, gpu_prices={"h100-sxm": 2.5, "l40s": 1.0})
+    assert (even["gpu"], even["cost_per_hour"]) == ("h100-sxm", 5.0)
+
+
+async def test_request_prices_override_the_servers_per_gpu(
+        make_client: ClientFactory, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    held(store, on_gpu(store, "h100-sxm"), 0, SEQS, 30.0, per_gpu=30.0)
+    held(store, on_gpu(store, "l40s"), 0, SEQS, 12.0, per_gpu=12.0)
+    monkeypatch.delenv("SLOTUNE_GPU_PRICES", raising=False)
+    async with make_client() as shipped:  # no SLOTUNE_GPU_PRICES: the shipped list prices
+        plan = await plan_for(shipped, target_rps=48)
+    prices = {o["gpu"]: o["price_per_gpu_hour"] for o in plan["options"]}
+    assert prices == {"h100-sxm": DEFAULT_GPU_PRICES["h100-sxm"],
+                      "l40s": DEFAULT_GPU_PRICES["l40s"]}
+
+    monkeypatch.setenv("SLOTUNE_GPU_PRICES", '{"h100-sxm": 2.0, "l40s": 1.5}')
+    async with make_client() as client:
+        server = await plan_for(client, target_rps=48)
+        assert _sides(server) == [("h100-sxm", 2, 2, 2.0, 4.0), ("l40s", 5, 5, 1.5, 7.5)]
+        cheap_l40s = await plan_for(client, target_rps=48, gpu_prices={"l40s": 0.5})
+    # the request's l40s price wins; h100-sxm keeps the server's
+    assert _sides(cheap_l40s) == [("l40s", 5, 5, 0.5, 2.5), ("h100-sxm", 2, 2, 2.0, 4.0)]
+
+
+async def test_an_unpriced_gpu_ranks_after_the_priced_ones(client: httpx.AsyncClient,
+                                                           store: Store) -> None:
+    held(store, on_gpu(store, "l40s"), 0, SEQS, 12.0, per_gpu=12.0)
+    big = held(store, on_gpu(store, "mi300x"), 0, SEQS, 100.0, per_gpu=100.0)
+    plan = await plan_for(client, target_rps=48, gpu_prices={"l40s": 1.0})
+    assert (plan["gpu"], plan["gpus"], plan["cost_per_hour"]) == ("l40s", 5, 5.0)
+    assert _sides(plan) == [("l40s", 5, 5, 1.0, 5.0), ("mi300x", 1, 1, None, None)]
+    [note] = plan["notes"]
+    assert note.startswith("No price for mi300x: plans on them are ranked after the priced")
+
+    priced = await plan_for(client, target_rps=48, gpu_prices={"mi300x": 4.0})
+    assert (priced["gpu"], priced["cost_per_hour"], priced["trial_ids"]) == ("mi300x", 4.0,
+                                                                            [big])
+    assert priced["notes"] == []
+    alone = await plan_for(client, target_rps=48, gpu="mi300x")
+    assert (alone["gpu"], alone["price_per_gpu_hour"], alone["cost_per_hour"]) == (
+        "mi300x", None, None)
+    assert alone["notes"] and "compared by GPUs" in alone["notes"][0]
+
+
+async def test_two_small_replicas_can_beat_one_big_one(client: httpx.AsyncClient,
+                                                       store: Store) -> None:
+    sweep = on_gpu(store, "h100-sxm")
+    tp2 = held(store, sweep, 0, {**SEQS, "tensor_parallel_size": 2}, 20.0, per_gpu=10.0)
+    tp4 = held(store, sweep, 1, {**SEQS, "tensor_parallel_size": 4}, 45.0, per_gpu=11.25)
+    held(store, sweep, 2, {**SEQS, "tensor_parallel_size": 8}, 50.0, per_gpu=6.25)
+    prices = {"h100-sxm": 3.0}
+    # 60 req/s, no headroom: 3 × TP2 (6 GPUs), 2 × TP4 (8), 2 × TP8 (16).
+    plan = await plan_for(client, target_rps=60, headroom=0, gpu_prices=prices)
+    assert (plan["trial_ids"], plan["replicas"], plan["gpus_per_replica"], plan["gpus"]) == (
+        [tp2], 3, 2, 6)
+    assert plan["cost_per_hour"] == 18.0 and plan["per_replica_rps"] == 20.0
+    assert len(plan["options"]) == 1 and plan["options"][0]["trial_ids"] == [tp2]
+    # 30 req/s: 2 × TP2 and 1 × TP4 are both 4 GPUs; the higher per-replica rate breaks it.
+    plan = await plan_for(client, target_rps=30, headroom=0, gpu_prices=prices)
+    assert (plan["trial_ids"], plan["replicas"], plan["gpus"], plan["cost_per_hour"]) == (
+        [tp4], 1, 4, 12.0)
+
+
+async def test_old_capacity_rows_without_a_capacity_column_use_their_objective(
+        client: httpx.AsyncClient, store: Store) -> None:
+    old = measure(store, on_gpu(store, "l40s"), 0, SEQS, 9.5)  # objective = capacity, then
+    plan = await plan_for(client, target_rps=19, headroom=0, gpu_prices={"l40s": 1.0})
+    assert (plan["basis"], plan["per_replica_rps"], plan["replicas"], plan["trial_ids"]) == (
+        "capacity", 9.5, 2, [old])
+
+
+async def test_a_goodput_lower_bound_only_where_a_gpu_has_no_capacity_measurement(
+        client: httpx.AsyncClient, store: Store) -> None:
+    # rtx4090: a goodput run reached 20 req/s, a capacity search held 9.5: the measured
+    # capacity is the answer there. l40s has only a goodput run: its lower bound stands in.
+    measure(store, on_gpu(store, "rtx4090", mode="goodput"), 0, {"max_num_seqs": 64}, 20.0)
+    searched = held(store, on_gpu(store, "rtx4090"), 0, SEQS, 9.5, per_gpu=9.5)
+    bound = measure(store, on_gpu(store, "l40s", mode="goodput"), 0, SEQS, 4.0)
+    plan = await plan_for(client, target_rps=19, headroom=0,
+                          gpu_prices={"rtx4090": 0.5, "l40s": 1.0})
+    assert (plan["gpu"], plan["basis"], plan["trial_ids"], plan["cost_per_hour"]) == (
+        "rtx4090", "capacity", [searched], 1.0)
+    assert [(o["gpu"], o["basis"], o["per_replica_rps"], o["trial_ids"])
+            for o in plan["options"]] == [("rtx4090", "capacity", 9.5, [searched]),
+                                          ("l40s", "goodput_lower_bound", 4.0, [bound])]
+
+
+async def test_measurements_under_other_slos_are_named_not_used(client: httpx.AsyncClient,
+                                                                store: Store) -> None:
+    strict = held(store, on_gpu(store, "h100-sxm"), 0, SEQS, 30.0, per_gpu=30.0)
+    held(store, on_gpu(store, "l40s", slo=LOOSE), 0, SEQS, 50.0, per_gpu=50.0)
+    plan = await plan_for(client, target_rps=48, slo=STRICT)
+    assert plan["trial_ids"] == [strict] and [o["gpu"] for o in plan["options"]] == ["h100-sxm"]
+    assert plan["notes"] == [
+        f"The same workload was also measured under another SLO {LOOSE_KEY}; those "
+        "measurements were not used: the plan holds the SLO asked for."]
+    only_h100 = await plan_for(client, target_rps=48, slo=STRICT, gpu="h100-sxm")
+    assert only_h100["notes"] == []  # the other SLO's measurements are on another GPU
+
+    missing = await client.post("/api/v1/capacity", json={
+        "workload": "fleet", "target_rps": 48, "slo": "ttft:200"})
+    assert missing.status_code == 404
+    detail = missing.json()["detail"]
+    assert "no finished trial under that SLO" in detail
+    assert "2 other SLOs" in detail and LOOSE_KEY in detail and '"tpot":50.0' in detail
+    ambiguous = await client.post("/api/v1/capacity", json={"workload": "fleet",
+                                                             "target_rps": 48})
+    assert ambiguous.status_code == 422 and ambiguous.json()["detail"][0]["type"] == (
+        "ambiguous_slo")
+
+
+@pytest.mark.parametrize(("prices", "reason"), [
+    ('{"h100-sxm": -1}', "greater than or equal to 0"),
+    ('{"h100-sxm": 2000000}', "less than or equal to 1000000"),
+    ('{"h100-sxm": NaN}', "finite number"),
+    ('{"h100-sxm": Infinity}', "finite number"),
+    ('{"h100-sxm": 1e400}', "finite number"),
+    ('{"h100-sxm": "3"}', "valid number"),
+    ('{"h100-sxm": true}', "valid number"),
+    ('{"": 1}', "at least 1 character"),
+    ('{"h100\\u0000": 1}', "match pattern"),
+    ("{" + ", ".join(f'"gpu{n}": 1' for n in range(65)) + "}", "at most 64 items"),
+    ('[["h100-sxm", 3]]', "valid dictionary"),
+])
+async def test_bad_gpu_prices_are_422_with_the_reason(client: httpx.AsyncClient, prices: str,
+                                                      reason: str) -> None:
+    body = '{"workload": "fleet", "target_rps": 10, "gpu_prices": ' + prices + "}"
+    response = await client.post("/api/v1/capacity", content=body,
+                                 headers={"Content-Type": "application/json"})
+    assert response.status_code == 422, response.text
+    [error] = response.json()["detail"]
+    assert error["loc"][:2] == ["body", "gpu_prices"] and reason in error["msg"], error

@@ -8,25 +8,43 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from tuner.api.deps import StoreDep
+from tuner.api.deps import SettingsDep, StoreDep
 from tuner.api.errors import ERROR_RESPONSES
 from tuner.api.params import canonical_slo
 from tuner.api.schemas import CapacityIn, CapacityOut
 from tuner.planner import plan_capacity
+from tuner.settings import Settings
+from tuner.store import Store
+
+__all__ = ["answer", "router"]
 
 router = APIRouter(tags=["capacity"], responses=ERROR_RESPONSES)
 
 
 @router.post("/capacity", response_model=CapacityOut)
-def capacity(question: CapacityIn, store: StoreDep) -> CapacityOut:
-    """How many replicas of which configuration carry ``target_rps`` within the SLO.
+def capacity(question: CapacityIn, store: StoreDep, settings: SettingsDep) -> CapacityOut:
+    """The cheapest number of replicas of which configuration that carries ``target_rps``
+    within the SLO.
 
-    ``replicas = ceil(target_rps / (per_replica_rps × (1 − headroom)))``; ``basis`` says
-    whether per-replica capacity was measured (capacity mode) or is the goodput at the
-    workload's rate, a lower bound. 404 when nothing is measured, 422 when nothing met
-    the SLO or several SLOs match and none was named.
+    Every measured configuration is a candidate: ``replicas = ceil(target_rps /
+    (per_replica_rps × (1 − headroom)))``, ``gpus = replicas × gpus_per_replica``,
+    ``cost_per_hour = gpus × price_per_gpu_hour`` (``gpu_prices`` over the server's
+    ``SLOTUNE_GPU_PRICES``). ``options`` holds the cheapest plan per (model, GPU); unpriced
+    GPUs rank after priced ones, by GPUs. ``basis`` says whether per-replica capacity was
+    measured (capacity mode) or is the goodput at the workload's rate, a lower bound;
+    ``notes`` say what to know before sizing on it. 404 when nothing is measured (naming
+    the SLOs that were), 422 when nothing met the SLO, several SLOs match and none was
+    named, or a price is not a number from 0 to 1e6.
     """
+    return answer(question, store, settings)
+
+
+def answer(question: CapacityIn, store: Store, settings: Settings) -> CapacityOut:
+    """The route's answer, for callers without HTTP (``slotune plan``): the same planner,
+    prices and shape. Raises what :func:`~tuner.planner.plan_capacity` raises, and
+    :class:`~tuner.api.errors.InvalidInput` for an SLO that does not parse."""
     plan = plan_capacity(store, workload=question.workload, target_rps=question.target_rps,
                          headroom=question.headroom, model=question.model, gpu=question.gpu,
-                         slo=canonical_slo(question.slo, ("body", "slo")))
+                         slo=canonical_slo(question.slo, ("body", "slo")),
+                         gpu_prices=settings.planner.prices(question.gpu_prices))
     return CapacityOut.from_plan(plan)

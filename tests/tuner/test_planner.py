@@ -1,0 +1,81 @@
+"""The planner's price table (settings) and the planner as a library call, on both stores."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.tuner.api.data import measure
+from tests.tuner.db.conftest import (  # noqa: F401 - fixtures are found by name
+    backend,
+    migrated_url,
+    new_database,
+    postgres_databases,
+    store,
+)
+from tuner.planner import plan_capacity
+from tuner.settings import DEFAULT_GPU_PRICES, PlannerSettings, Settings, get_settings
+from tuner.store import Store
+from workers.contracts import SLO, Workload
+
+
+@pytest.fixture(autouse=True)
+def _no_prices_in_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SLOTUNE_GPU_PRICES", raising=False)
+    get_settings.cache_clear()
+
+
+def test_the_shipped_prices_cover_the_simulated_gpus_and_not_cpu() -> None:
+    prices = Settings().planner.gpu_prices
+    assert set(prices) == {"a100-80g", "h100-sxm", "h200", "l40s", "rtx4090"}
+    assert all(0 < p < 50 for p in prices.values()) and "cpu" not in prices
+
+
+def test_slotune_gpu_prices_merge_over_the_shipped_ones_and_requests_over_both(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLOTUNE_GPU_PRICES", '{"h100-sxm": 2.25, "mi300x": 4, "cpu": 0}')
+    planner = get_settings().planner
+    assert planner.gpu_prices == {**DEFAULT_GPU_PRICES, "h100-sxm": 2.25, "mi300x": 4.0,
+                                  "cpu": 0.0}
+    assert planner.prices({"mi300x": 3.5})["mi300x"] == 3.5
+    assert planner.prices({"mi300x": 3.5})["h100-sxm"] == 2.25
+    assert planner.prices(None) == planner.gpu_prices
+
+
+@pytest.mark.parametrize(("value", "reason"), [
+    ('{"h100-sxm": -3}', "price of 'h100-sxm': Input should be greater than or equal to 0"),
+    ('{"h100-sxm": "cheap"}', "price of 'h100-sxm': Input should be a valid number"),
+    ('{"h100-sxm": 1e999}', "finite number"),
+    ("h100-sxm=3", "Invalid JSON"),
+    ("[3.0]", "Input should be an object"),
+    ('{"": 1}', "GPU name '': String should have at least 1 character"),
+])
+def test_a_bad_slotune_gpu_prices_fails_at_start_naming_it(
+        monkeypatch: pytest.MonkeyPatch, value: str, reason: str) -> None:
+    monkeypatch.setenv("SLOTUNE_GPU_PRICES", value)
+    with pytest.raises(ValueError, match="SLOTUNE_GPU_PRICES") as caught:
+        Settings()
+    message = str(caught.value)
+    assert "expected a JSON object of GPU name → USD per GPU-hour" in message
+    assert '{"h100-sxm": 3.0' in message and reason in message
+    with pytest.raises(ValueError, match="SLOTUNE_GPU_PRICES"):
+        PlannerSettings()
+
+
+def test_without_prices_the_plan_with_fewest_gpus_wins(store: Store) -> None:  # noqa: F811
+    fleet, slo = Workload(name="fleet"), SLO.parse("ttft:300,tpot:50")
+    trials = {}
+    for gpu, capacity in (("h100-sxm", 30.0), ("l40s", 12.0)):
+        sweep = store.create_sweep(name=gpu, workload=fleet, slo=slo, space={},
+                                   model="Qwen/Qwen2.5-7B-Instruct", gpu=gpu,
+                                   strategy="random", mode="capacity")
+        trials[gpu] = measure(store, sweep.id, 0, {"max_num_seqs": 128}, capacity,
+                              capacity=capacity)
+    plan = plan_capacity(store, workload="fleet", target_rps=48)
+    assert (plan.gpu, plan.gpus, plan.trial_ids) == ("h100-sxm", 2, [trials["h100-sxm"]])
+    assert (plan.price_per_gpu_hour, plan.cost_per_hour) == (None, None)
+    assert [(o.gpu, o.gpus, o.cost_per_hour) for o in plan.options] == [
+        ("h100-sxm", 2, None), ("l40s", 5, None)]
+    assert len(plan.notes) == 1 and "compared by GPUs" in plan.notes[0]
+    priced = plan_capacity(store, workload="fleet", target_rps=48,
+                           gpu_prices={"h100-sxm": 3.0, "l40s": 1.0})
+    assert (priced.gpu, priced.cost_per_hour, priced.notes) == ("l40s", 5.0, [])
