@@ -17,6 +17,7 @@ from typer._click import exceptions as click
 
 from tuner.cli_api import api_command
 from tuner.cli_db import db_app
+from tuner.cli_plan import plan_command
 from tuner.cli_sweep import best_command, coordinator_command, sweep_app
 from tuner.cli_trial import trial_app
 from tuner.db.errors import StorageError, exit_code
@@ -36,6 +37,7 @@ app.command("api")(api_command)
 app.add_typer(sweep_app, name="sweep")
 app.command("coordinator")(coordinator_command)
 app.command("best")(best_command)
+app.command("plan")(plan_command)
 
 _PASSTHROUGH = {
     "allow_extra_args": True,
