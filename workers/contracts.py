@@ -26,21 +26,26 @@ from pydantic import (
 __all__ = [
     "FAILURE_CLASSES",
     "FILE_DATASETS",
+    "GOLDEN_PROMPTS",
     "SLO",
     "SLO_METRICS",
     "TRANSIENT_FAILURES",
     "Arrivals",
     "CapacityProbe",
     "CapacitySearch",
+    "CommandCheck",
     "CustomDataset",
     "DatasetConfig",
     "EngineFacts",
     "EngineKind",
     "FailureClass",
+    "GoldenCheck",
     "KnobValue",
     "ObjectiveMode",
     "PhaseTimings",
     "PrefixRepetitionDataset",
+    "QualityGate",
+    "QualityVerdict",
     "RampUp",
     "RandomDataset",
     "SLOMetric",
@@ -411,6 +416,80 @@ class CapacitySearch(_Strict):
     """Requests per probe (default: the workload's num_prompts)."""
 
 
+# --- the quality gate (lossy knob values) --------------------------------------------------
+
+GOLDEN_PROMPTS: tuple[str, ...] = (
+    "The capital of France is",
+    "Write a haiku about the ocean.",
+    "def fibonacci(n):",
+    "Translate to German: The weather is nice today.",
+    "List three prime numbers greater than ten:",
+    "Explain in one sentence why the sky is blue.",
+    "Once upon a time, in a small village,",
+    "SELECT name, email FROM users WHERE",
+    "The three laws of thermodynamics are",
+    "Summarise the plot of Hamlet in two sentences.",
+    "import numpy as np\n# compute the mean of an array",
+    "Q: What is 17 multiplied by 23?\nA:",
+    "A good code review comment is one that",
+    "The difference between TCP and UDP is",
+    "Dear customer, thank you for your order.",
+    "In 1969, the Apollo 11 mission",
+)
+"""The built-in golden requests: short, varied prompts (facts, code, maths, chat) whose
+greedy continuations a lossless and a lossy configuration are compared on."""
+
+
+class GoldenCheck(_Strict):
+    """Golden requests: fixed prompts, greedy decoding (temperature 0), the first
+    ``max_tokens`` tokens compared position by position with the lossless baseline's."""
+
+    prompts: tuple[str, ...] = Field(GOLDEN_PROMPTS, min_length=1, max_length=1000)
+    max_tokens: int = Field(32, ge=1, le=4096)
+    min_agreement: float = Field(0.9, gt=0, le=1)
+    """The share of compared tokens that must agree for the check to pass."""
+
+
+class CommandCheck(_Strict):
+    """A user's quality command (an argv list, never a shell string), e.g. an
+    lm-eval-harness run. ``{base_url}`` and ``{model}`` in an argument are replaced by
+    the booted engine's URL and served model name (also in ``SLOTUNE_BASE_URL`` and
+    ``SLOTUNE_MODEL``); the last number it prints on stdout is its score."""
+
+    argv: tuple[str, ...] = Field(min_length=1)
+    min_score: float = Field(allow_inf_nan=False)
+    """The score at or above which the check passes."""
+    timeout_s: float = Field(3600.0, gt=0)
+
+
+class QualityGate(_Strict):
+    """What a lossy configuration must pass before it may score: one check (golden
+    requests or a command), the knob values that make it lossy, and the lossless values
+    its baseline runs with."""
+
+    lossy: tuple[str, ...] = Field(min_length=1)
+    """What makes the configuration lossy, as ``flag=value`` (``quantization=fp8``)."""
+    baseline: dict[str, KnobValue]
+    """The lossless values of those flags: the baseline is this configuration with them."""
+    golden: GoldenCheck | None = None
+    command: CommandCheck | None = None
+    allow_lossy: bool = False
+    """Skip the check (``--allow-lossy``): the configuration scores, unchecked."""
+    reference: tuple[tuple[int, ...], ...] | None = None
+    """The baseline's golden outputs (token ids per prompt), when already known; None:
+    the trial boots the baseline first and measures them."""
+
+    @model_validator(mode="after")
+    def _one_check(self) -> QualityGate:
+        if (self.golden is None) == (self.command is None):
+            raise ValueError("a quality gate needs exactly one check: golden or command")
+        if self.reference is not None and self.golden is not None \
+                and len(self.reference) != len(self.golden.prompts):
+            raise ValueError(f"reference has {len(self.reference)} outputs for "
+                             f"{len(self.golden.prompts)} golden prompts")
+        return self
+
+
 class TrialSpec(_Strict):
     """One configuration to boot, warm up, measure against the SLO and tear down."""
 
@@ -446,6 +525,9 @@ class TrialSpec(_Strict):
     early_abort: bool = True
     max_error_rate: float = Field(0.05, ge=0, le=1)
     """Above this share of failed requests the trial is ``benchmark_errors``."""
+    quality: QualityGate | None = None
+    """Set when the configuration is lossy (the space says which values are): the check
+    it must pass before it scores."""
 
     @model_validator(mode="before")
     @classmethod
@@ -463,6 +545,18 @@ class TrialSpec(_Strict):
     def engine_flags(self) -> dict[str, KnobValue]:
         """Fixed arguments overridden by the sampled knobs."""
         return {**self.engine_args, **self.knobs}
+
+    def baseline(self) -> TrialSpec:
+        """The lossless baseline of a lossy configuration: the same trial with the quality
+        gate's lossless values (what its golden answers are compared with)."""
+        if self.quality is None:
+            raise ValueError(f"trial {self.trial_id} is lossless: it has no baseline")
+        lossless = self.quality.baseline
+        return self.model_copy(update={
+            "trial_id": f"{self.trial_id}-baseline", "quality": None,
+            "knobs": {**self.knobs, **{k: v for k, v in lossless.items() if k in self.knobs}},
+            "engine_args": {**self.engine_args, **{k: v for k, v in lossless.items()
+                                                   if k not in self.knobs}}})
 
     @property
     def served_model(self) -> str:
@@ -553,6 +647,25 @@ class CapacityProbe(_Strict):
     None when its metrics were not scraped)."""
 
 
+class QualityVerdict(_Strict):
+    """What the quality gate found for a lossy configuration."""
+
+    checked: bool
+    """False: not checked (``allow_lossy``), or the check could not run (``detail``)."""
+    method: Literal["golden", "command"] | None = None
+    lossy: tuple[str, ...] = ()
+    agreement: float | None = None
+    """golden: the share of compared tokens equal to the baseline's (0 … 1)."""
+    score: float | None = None
+    """command: the score the command printed."""
+    threshold: float | None = None
+    passed: bool | None = None
+    """None when not checked and allowed (``allow_lossy``); False when it could not run."""
+    detail: str | None = None
+    seconds: float | None = None
+    """What the check cost, the baseline's boot included."""
+
+
 class TrialResult(_Strict):
     """Everything one trial learned. ``objective`` is the number the search maximises."""
 
@@ -583,6 +696,8 @@ class TrialResult(_Strict):
     timings: PhaseTimings = Field(default_factory=PhaseTimings)
     violated_rule: str | None = None
     """For ``infeasible``: the known constraint of the space that the config broke."""
+    quality: QualityVerdict | None = None
+    """For a lossy configuration: the quality gate's verdict (None: lossless)."""
 
     @model_validator(mode="after")
     def _failure_needs_a_class(self) -> TrialResult:

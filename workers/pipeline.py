@@ -1,4 +1,5 @@
-"""One trial pipeline: boot → measure (warm-up, load, early abort, scrape) → score → result.
+"""One trial pipeline: (baseline) → boot → quality gate → measure (warm-up, load, early
+abort, scrape) → score → result.
 
 A :class:`Backend` is where the engine runs: the live engine (any adapter, a real
 process; :mod:`workers.trial`) or the simulated engine in virtual time
@@ -17,6 +18,13 @@ can end with — so a virtual trial answers what the live one would, field for f
   over the error budget does not pass, and a lowest probe over it fails the trial
   ``benchmark_errors`` (the engine could not serve, whatever the rate).
 
+A lossy configuration (``spec.quality``) is checked right after boot, before any load:
+golden requests compared with the lossless baseline's answers (measured first, on the
+baseline booted and stopped before this configuration boots, unless the spec brings
+them), or the user's command. A failed check is an ``ok`` result with objective 0, a
+violated ``quality`` constraint and the verdict, never measured; a passed one is
+measured as usual and carries its verdict and ``quality`` ≤ 0.
+
 Capacity probe ``i`` samples with the workload's seed + ``i`` × :data:`PROBE_SEED_STRIDE`:
 fresh prompts, so no probe is served from an earlier probe's prefix cache (vLLM serves
 ``/reset_prefix_cache`` only in its dev mode).
@@ -25,6 +33,7 @@ fresh prompts, so no probe is served from an earlier probe's prefix cache (vLLM 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -34,7 +43,10 @@ from workers.contracts import (
     CapacitySearch,
     EngineFacts,
     FailureClass,
+    GoldenCheck,
     PhaseTimings,
+    QualityGate,
+    QualityVerdict,
     TrialResult,
     TrialSpec,
     Workload,
@@ -45,6 +57,14 @@ from workers.loadgen.result import OURS, ResultInfo, build_result
 from workers.loadgen.runner import BenchmarkRun
 from workers.loadgen.scoring import Score
 from workers.loadgen.symptoms import with_symptoms
+from workers.quality import (
+    QUALITY,
+    QualityUnavailable,
+    command_verdict,
+    golden_verdict,
+    run_command,
+    verdict_constraint,
+)
 
 __all__ = [
     "FITS",
@@ -76,7 +96,11 @@ class Measured:
 class Backend(Protocol):
     """Where the engine of a trial runs. A failure is an :class:`EngineFailure`."""
 
-    base_url: str
+    @property
+    def base_url(self) -> str:
+        """Where the booted engine answers (the quality command and the result say so)."""
+        ...
+
     facts: EngineFacts
     """What the engine said about itself (filled in by :meth:`boot`, even when it fails)."""
     boot_s: float | None
@@ -90,6 +114,17 @@ class Backend(Protocol):
 
     async def before_probe(self) -> None:
         """Between capacity probes (drop the prefix cache where the engine can)."""
+        ...
+
+    async def golden(self, check: GoldenCheck) -> tuple[tuple[int, ...], ...]:
+        """The booted engine's greedy answers to the golden prompts, in token ids
+        (:class:`~workers.quality.QualityUnavailable` when it cannot answer)."""
+        ...
+
+    async def baseline_golden(self, gate: QualityGate) -> tuple[tuple[int, ...], ...]:
+        """The lossless baseline's answers: boots this configuration with the gate's
+        lossless values, asks, and stops it — before :meth:`boot`, so the two never
+        share a GPU (QualityUnavailable when the baseline cannot boot or answer)."""
         ...
 
     def log_tail(self) -> str | None: ...
@@ -151,22 +186,95 @@ async def run_pipeline(spec: TrialSpec, backend: Backend, *, detailed: bool = Tr
     per-request arrays (searches that hold thousands of results)."""
     timings: dict[str, float | None] = {}
     try:
+        check = _QualityCheck(spec.quality)
+        await check.baseline(backend)
         try:
             await backend.boot()
         finally:
             timings["boot_s"] = backend.boot_s
-        if spec.mode == "capacity":
-            return await _capacity(spec, backend, timings, detailed)
-        measured = await backend.measure(spec.workload)
-        timings["warmup_s"], timings["measure_s"] = measured.warmup_s, measured.measure_s
-        errors = _over_budget(spec, measured)
-        if errors:
-            return _failed(spec, "benchmark_errors", errors, timings, backend.facts,
-                           log_tail=backend.log_tail())
-        return _scored(spec, backend, measured, timings, detailed)
+        verdict = await check.verdict(spec, backend)
+        if verdict is not None and verdict.passed is False:
+            return _quality_failed(spec, verdict, timings, backend.facts)
+        result = await _measure(spec, backend, timings, detailed)
+        if verdict is None or result.status != "ok":
+            return result
+        return result.model_copy(update={"quality": verdict, "constraints": {
+            **result.constraints, QUALITY: verdict_constraint(verdict)}})
     except EngineFailure as exc:
         return _failed(spec, exc.failure, exc.message, timings, backend.facts,
                        log_tail=exc.log_tail)
+
+
+async def _measure(spec: TrialSpec, backend: Backend, timings: dict[str, float | None],
+                   detailed: bool) -> TrialResult:
+    if spec.mode == "capacity":
+        return await _capacity(spec, backend, timings, detailed)
+    measured = await backend.measure(spec.workload)
+    timings["warmup_s"], timings["measure_s"] = measured.warmup_s, measured.measure_s
+    errors = _over_budget(spec, measured)
+    if errors:
+        return _failed(spec, "benchmark_errors", errors, timings, backend.facts,
+                       log_tail=backend.log_tail())
+    return _scored(spec, backend, measured, timings, detailed)
+
+
+class _QualityCheck:
+    """The quality gate of one trial: the baseline's answers before boot, the verdict
+    after (before any load, so a configuration that fails is not measured at all)."""
+
+    def __init__(self, gate: QualityGate | None) -> None:
+        self.gate = gate
+        self.reference = gate.reference if gate is not None else None
+        self.unavailable: str | None = None
+        self.seconds = 0.0
+
+    async def baseline(self, backend: Backend) -> None:
+        gate = self.gate
+        if gate is None or gate.allow_lossy or gate.golden is None or self.reference:
+            return
+        started = time.perf_counter()
+        try:
+            self.reference = await backend.baseline_golden(gate)
+        except QualityUnavailable as exc:
+            self.unavailable = f"the lossless baseline could not be measured: {exc}"
+        self.seconds += time.perf_counter() - started
+
+    async def verdict(self, spec: TrialSpec, backend: Backend) -> QualityVerdict | None:
+        gate = self.gate
+        if gate is None:
+            return None
+        method = "golden" if gate.golden is not None else "command"
+        if gate.allow_lossy:
+            return QualityVerdict(checked=False, method=method, lossy=gate.lossy,
+                                  detail="not checked: lossy values allowed (--allow-lossy)")
+        started = time.perf_counter()
+        try:
+            if self.unavailable is not None:
+                raise QualityUnavailable(self.unavailable)
+            if gate.golden is not None:
+                assert self.reference is not None
+                answers = await backend.golden(gate.golden)
+                return golden_verdict(gate, self.reference, answers,
+                                      self.seconds + time.perf_counter() - started)
+            assert gate.command is not None
+            score = await run_command(gate.command, backend.base_url, spec.served_model)
+            return command_verdict(gate, score, self.seconds + time.perf_counter() - started)
+        except QualityUnavailable as exc:
+            return QualityVerdict(
+                checked=False, method=method, lossy=gate.lossy, passed=False,
+                seconds=self.seconds + time.perf_counter() - started,
+                detail=f"{exc}; a lossy configuration scores only after its check passes "
+                       "(fix the check, or allow lossy values with --allow-lossy)")
+
+
+def _quality_failed(spec: TrialSpec, verdict: QualityVerdict,
+                    timings: dict[str, float | None], facts: EngineFacts) -> TrialResult:
+    """A lossy configuration that failed its quality check: objective 0 and a violated
+    ``quality`` constraint, so the sampler learns; it was never put under load."""
+    return _result(spec, "ok", timings, facts, objective=0.0, gate_passed=False,
+                   constraints={FITS: -1.0, QUALITY: verdict_constraint(verdict)},
+                   quality=verdict,
+                   capacity=0.0 if spec.mode == "capacity" else None)
 
 
 async def _capacity(spec: TrialSpec, backend: Backend, timings: dict[str, float | None],

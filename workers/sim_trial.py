@@ -25,7 +25,9 @@ from workers.contracts import (
     SLO,
     EngineFacts,
     FailureClass,
+    GoldenCheck,
     KnobValue,
+    QualityGate,
     TrialResult,
     TrialSpec,
     Workload,
@@ -39,6 +41,7 @@ from workers.loadgen.runner import AbortMonitor, BenchmarkRun, EarlyAbort, SendL
 from workers.loadgen.scoring import Score, score
 from workers.loadgen.scrape import HistogramDelta, ScrapeSummary
 from workers.pipeline import Measured, run_pipeline
+from workers.quality import QualityUnavailable
 from workers.sim import tokenizer
 from workers.sim.catalog import UnknownCatalogEntry
 from workers.sim.config import (
@@ -52,6 +55,7 @@ from workers.sim.config import (
     weight_bytes,
 )
 from workers.sim.core import EngineCore, RequestRejected
+from workers.sim.numerics import greedy_answer
 from workers.sim.simulate import RequestTiming, SimRequestSpec, SimulationResult, simulate
 
 __all__ = [
@@ -60,6 +64,7 @@ __all__ = [
     "ProbeRun",
     "VirtualBackend",
     "engine_config",
+    "golden_answers",
     "run_virtual_trial",
 ]
 
@@ -103,6 +108,17 @@ def _flag_value(name: str, value: KnobValue) -> Any:
     if name == "quantization" and isinstance(value, str) and value.lower() in {"none", ""}:
         return None
     return value
+
+
+def golden_answers(config: EngineConfig, check: GoldenCheck) -> tuple[tuple[int, ...], ...]:
+    """What the simulated engine answers the golden prompts, in its token ids — the
+    server's greedy answer (:func:`~workers.sim.numerics.greedy_answer`), lossy numerics
+    included, tokenized as its ``/tokenize`` would."""
+    vocab = config.model.vocab_size
+    return tuple(
+        tuple(tokenizer.word_to_id(w, vocab) for w in greedy_answer(
+            tokenizer.encode(prompt, vocab), config.seed, config.flip_rate, check.max_tokens))
+        for prompt in check.prompts)
 
 
 # --- one measured run ----------------------------------------------------------------------
@@ -351,6 +367,19 @@ class VirtualBackend:
 
     def log_tail(self) -> str | None:
         return None
+
+    async def golden(self, check: GoldenCheck) -> tuple[tuple[int, ...], ...]:
+        assert self._config is not None, "boot() first"
+        return golden_answers(self._config, check)
+
+    async def baseline_golden(self, gate: QualityGate) -> tuple[tuple[int, ...], ...]:
+        assert gate.golden is not None
+        try:
+            config = _boot(self.spec.baseline())[0]
+        except _Refused as refused:
+            raise QualityUnavailable(f"the baseline's start-up failed ({refused.failure}): "
+                                     f"{refused.message}") from None
+        return golden_answers(config, gate.golden)
 
     async def measure(self, workload: Workload) -> Measured:
         assert self._config is not None, "boot() first"

@@ -23,11 +23,19 @@ from pathlib import Path
 
 import httpx
 
-from workers.contracts import EngineFacts, TrialResult, TrialSpec, Workload
+from workers.contracts import (
+    EngineFacts,
+    GoldenCheck,
+    QualityGate,
+    TrialResult,
+    TrialSpec,
+    Workload,
+)
 from workers.engines import EngineAdapter, EngineFailure, classify_failure, make_engine
 from workers.gpu import GPUProbe
 from workers.loadgen import run_benchmark, score
 from workers.pipeline import Measured, run_pipeline
+from workers.quality import QualityUnavailable, golden_outputs
 
 __all__ = ["LiveBackend", "run_trial", "run_trial_async"]
 
@@ -48,7 +56,7 @@ async def run_trial_async(spec: TrialSpec, *, gpu_ids: Sequence[str] = (),
     engine = make_engine(spec, workdir, gpu_ids)
     probe = probe if probe is not None else GPUProbe()
     try:
-        result = await run_pipeline(spec, LiveBackend(spec, engine, probe, gpu_ids))
+        result = await run_pipeline(spec, LiveBackend(spec, engine, probe, gpu_ids, workdir))
     finally:
         # Every path ends here, cancellation included: the engine's group is gone after.
         teardown_start = time.perf_counter()
@@ -68,11 +76,16 @@ class LiveBackend:
     """The pipeline's live backend: an engine process, measured by the load generator."""
 
     def __init__(self, spec: TrialSpec, engine: EngineAdapter, probe: GPUProbe,
-                 gpu_ids: Sequence[str]) -> None:
+                 gpu_ids: Sequence[str], workdir: Path) -> None:
         self.spec, self.engine, self.probe, self.gpu_ids = spec, engine, probe, gpu_ids
-        self.base_url = engine.base_url
+        self.workdir = workdir
         self.facts = EngineFacts()
         self.boot_s: float | None = None
+
+    @property
+    def base_url(self) -> str:
+        """The engine's URL (its port is chosen when it starts)."""
+        return self.engine.base_url
 
     async def boot(self) -> None:
         spec, engine = self.spec, self.engine
@@ -93,6 +106,33 @@ class LiveBackend:
 
     async def before_probe(self) -> None:
         await _reset_prefix_cache(self.engine)
+
+    async def golden(self, check: GoldenCheck) -> tuple[tuple[int, ...], ...]:
+        try:
+            return await golden_outputs(self.engine.base_url, self.spec.served_model, check)
+        except QualityUnavailable:
+            if not self.engine.alive():  # not a quality problem: the engine died
+                text = self.engine.log_text()
+                raise EngineFailure(classify_failure(text, during="measure"),
+                                    "engine exited during the quality check: "
+                                    f"{self.engine.last_error_line(text)}",
+                                    log_tail=self.engine.log_tail()) from None
+            raise
+
+    async def baseline_golden(self, gate: QualityGate) -> tuple[tuple[int, ...], ...]:
+        assert gate.golden is not None
+        twin = self.spec.baseline()
+        engine = make_engine(twin, self.workdir / "baseline", self.gpu_ids)
+        try:
+            engine.check_args()
+            engine.start()
+            await engine.wait_ready(twin.timeouts.startup_s)
+            return await golden_outputs(engine.base_url, twin.served_model, gate.golden)
+        except EngineFailure as exc:
+            raise QualityUnavailable(f"its start-up failed ({exc.failure}): "
+                                     f"{exc.message}") from None
+        finally:
+            engine.stop()  # before this configuration boots: they never share a GPU
 
     def log_tail(self) -> str | None:
         return self.engine.log_tail()

@@ -17,7 +17,15 @@ import pytest
 
 from tests.procscan import engine_pids
 from tuner.launcher import retry_as
-from workers.contracts import SLO, CapacitySearch, SimOptions, TrialResult, TrialSpec
+from workers.contracts import (
+    SLO,
+    CapacitySearch,
+    GoldenCheck,
+    QualityGate,
+    SimOptions,
+    TrialResult,
+    TrialSpec,
+)
 from workers.loadgen import load_workload
 from workers.loadgen.result import slotune_fields
 from workers.pipeline import capacity_search
@@ -56,11 +64,19 @@ CASES: dict[str, TrialSpec] = {
                                                           max_probes=3, prompts_per_probe=20)),
     "errors_over_budget": _spec(prompts=20, workload={
         "dataset": {"kind": "random", "input_len": 5000, "output_len": 16}}),
+    # fp8 weights and KV: the golden answers mostly agree with bf16's; 4-bit AWQ's do not.
+    "quality_passes": _spec(knobs={"kv_cache_dtype": "fp8"}, quality=QualityGate(
+        lossy=("quantization=fp8", "kv_cache_dtype=fp8"),
+        baseline={"quantization": None, "kv_cache_dtype": "auto"}, golden=GoldenCheck())),
+    "quality_fails": _spec(knobs={"quantization": "awq"}, quality=QualityGate(
+        lossy=("quantization=awq",), baseline={"quantization": None},
+        golden=GoldenCheck())),
 }
 EXPECTED = {
     "feasible": ("ok", None), "rule_broken": ("failed", "invalid_config"),
     "startup_oom": ("failed", "oom"), "early_abort": ("ok", None),
     "capacity_none_passes": ("ok", None), "errors_over_budget": ("failed", "benchmark_errors"),
+    "quality_passes": ("ok", None), "quality_fails": ("ok", None),
 }
 
 
@@ -116,6 +132,19 @@ def test_live_and_virtual_agree(case: str, live: dict[str, TrialResult]) -> None
         assert real.capacity_probes and virtual.capacity_probes
         assert not any(p.gate_passed for p in [*real.capacity_probes,
                                                *virtual.capacity_probes])
+    if case.startswith("quality"):
+        # The server's answers over HTTP and /tokenize are the virtual model's, token for
+        # token: the same agreement, not merely the same verdict.
+        assert real.quality is not None and virtual.quality is not None
+        assert real.quality.checked and real.quality.method == "golden"
+        assert real.quality.agreement == virtual.quality.agreement
+        assert real.quality.passed is virtual.quality.passed is (case == "quality_passes")
+        assert (real.constraints["quality"] <= 0) is (case == "quality_passes")
+    if case == "quality_passes":
+        assert real.objective > 0 and real.metrics  # checked, then measured as usual
+    if case == "quality_fails":
+        assert real.objective == virtual.objective == 0.0
+        assert not real.metrics and real.timings.measure_s is None  # never put under load
 
 
 def _drive(search: CapacitySearch, start: float, capacity: float) -> tuple[float | None,

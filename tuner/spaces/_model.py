@@ -39,9 +39,12 @@ from tuner.spaces._expr import Rule, RuleError
 from workers.contracts import (
     SLO,
     CapacitySearch,
+    CommandCheck,
     EngineKind,
+    GoldenCheck,
     KnobValue,
     ObjectiveMode,
+    QualityGate,
     SimOptions,
     TrialSpec,
     Workload,
@@ -55,8 +58,11 @@ from workers.sim.catalog import GPUS, MODELS, UnknownCatalogEntry, get_gpu, get_
 
 __all__ = [
     "BUILTIN_RULES",
+    "DEFAULT_LOSSY",
     "KNOB_TYPES",
     "Knob",
+    "LossyValues",
+    "QualitySettings",
     "SearchSpace",
     "SpaceError",
     "load_space",
@@ -214,6 +220,51 @@ def distribution(knob: Knob) -> optuna.distributions.BaseDistribution:
     return d.CategoricalDistribution(choices)  # type: ignore[arg-type]
 
 
+class LossyValues(_Strict):
+    """Which values of one engine flag change the numbers the model computes."""
+
+    values: tuple[KnobValue, ...] | None = None
+    """The lossy values; None: every value but ``lossless``. ``[]``: none (lossless)."""
+    lossless: KnobValue = None
+    """The value the lossless baseline runs with."""
+
+    def is_lossy(self, value: KnobValue) -> bool:
+        if self.values is None:
+            return value != self.lossless
+        return value in self.values
+
+
+DEFAULT_LOSSY: dict[str, LossyValues] = {
+    "quantization": LossyValues(values=None, lossless=None),
+    "kv_cache_dtype": LossyValues(values=("fp8", "fp8_e4m3", "fp8_e5m2"), lossless="auto"),
+}
+"""Lossy by default: any weight quantisation (the baseline: the checkpoint's own dtype)
+and an fp8 KV cache (baseline ``auto``). Speculative decoding is not: vLLM's rejection
+sampling keeps the target model's distribution, so a space marks it only where its
+method is not exact. A space's ``lossy`` entry replaces the default for its flag."""
+
+
+class QualitySettings(_Strict):
+    """How a lossy configuration is checked before it may score: golden requests (the
+    default) or a command; ``allow_lossy`` skips the check (the report says so)."""
+
+    golden: GoldenCheck | None = None
+    command: CommandCheck | None = None
+    allow_lossy: bool = False
+
+    @model_validator(mode="after")
+    def _one_check(self) -> QualitySettings:
+        if self.golden is not None and self.command is not None:
+            raise ValueError("give one quality check, golden or command, not both")
+        return self
+
+    def gate(self, lossy: tuple[str, ...], baseline: dict[str, KnobValue]) -> QualityGate:
+        golden = self.golden if self.golden is not None or self.command is not None \
+            else GoldenCheck()
+        return QualityGate(lossy=lossy, baseline=baseline, golden=golden,
+                           command=self.command, allow_lossy=self.allow_lossy)
+
+
 class SearchSpace(_Strict):
     """One search space: engine, model, GPU, fixed args, knobs, rules and defaults."""
 
@@ -240,6 +291,10 @@ class SearchSpace(_Strict):
     mode: ObjectiveMode = "goodput"
     capacity: CapacitySearch = Field(default_factory=CapacitySearch)
     sim: SimOptions | None = None
+    lossy: dict[str, LossyValues] = Field(default_factory=dict)
+    """Flags whose values are lossy, over :data:`DEFAULT_LOSSY` (e.g. ``dtype: {values:
+    [bfloat16], lossless: float32}``)."""
+    quality: QualitySettings = Field(default_factory=QualitySettings)
 
     _rules: tuple[Rule, ...] = PrivateAttr(default=())
 
@@ -400,6 +455,17 @@ class SearchSpace(_Strict):
         """What the engine would run with: vLLM defaults < fixed args < sampled knobs."""
         return {**_ENGINE_DEFAULTS, **self.fixed, **params}
 
+    def quality_gate(self, params: Mapping[str, KnobValue]) -> QualityGate | None:
+        """The check a configuration must pass before it scores (None: it is lossless)."""
+        flags = {**self.fixed, **params}
+        rules = {**DEFAULT_LOSSY, **self.lossy}
+        lossy = {name: rule for name, rule in rules.items()
+                 if name in flags and rule.is_lossy(flags[name])}
+        if not lossy:
+            return None
+        return self.quality.gate(tuple(f"{name}={flags[name]}" for name in lossy),
+                                 {name: rule.lossless for name, rule in lossy.items()})
+
     def check(self, params: Mapping[str, KnobValue]) -> str | None:
         """The text of the first rule ``params`` break, or None when all hold.
 
@@ -463,7 +529,7 @@ class SearchSpace(_Strict):
             sim=base_sim,
             device="cpu" if self.gpu == CPU_DEVICE else "gpu",
             engine_binary=self.engine_binary,
-            **overrides,
+            **{"quality": self.quality_gate(params), **overrides},
         )
 
 

@@ -54,7 +54,7 @@ __all__ = [
     "unplaceable_result",
 ]
 
-CONSTRAINT_KEYS: tuple[str, ...] = ("fits", "rule", *SLO_METRICS)
+CONSTRAINT_KEYS: tuple[str, ...] = ("fits", "rule", *SLO_METRICS, "quality")
 _CONSTRAINT_CLIP = 10.0
 """SLO constraints are clipped: TPE only needs the sign and a rough size."""
 DUPLICATE_ATTR = "slotune_duplicate_of"

@@ -16,6 +16,7 @@ from typing import Any
 
 from workers.sim.catalog import GiB, GPUSpec, ModelSpec, get_gpu, get_model
 from workers.sim.cost_model import KV_BYTES, WEIGHT_BYTES, HardwareSetup
+from workers.sim.numerics import flip_rate
 
 SIM_ENGINE_VERSION = "0.0.0+sim"
 """The version the simulator reports where vLLM prints its own."""
@@ -202,6 +203,11 @@ class EngineConfig:
             kv_cache_dtype=self.kv_cache_dtype,
             enforce_eager=self.enforce_eager,
         )
+
+    @property
+    def flip_rate(self) -> float:
+        """Per-token probability that lossy numerics change the greedy answer."""
+        return flip_rate(self.quantization, self.kv_cache_dtype)
 
     def resolved(self) -> dict[str, Any]:
         """The engine arguments as vLLM would log them (what a trial records)."""

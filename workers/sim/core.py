@@ -36,6 +36,7 @@ from workers.sim import tokenizer
 from workers.sim.config import EngineConfig, MemoryPlan, plan_memory, runtime_oom_tokens
 from workers.sim.cost_model import CostModel, StepCost, StepShape, make_cost_model
 from workers.sim.metrics import EngineStats, Gauges
+from workers.sim.numerics import Divergence, answer_words, divergence
 
 
 class RequestStatus(enum.Enum):
@@ -87,6 +88,8 @@ class SimRequest:
     """Lazy mode: the first step of its current steady decode run; -1 when not a decoder."""
     lazy_epoch: int = 0
     """Bumped whenever a decode run ends, so stale calendar entries are ignored."""
+    divergence: Divergence | None = None
+    """Lossy numerics: where its answer leaves the lossless one (:mod:`workers.sim.numerics`)."""
 
     def __post_init__(self) -> None:
         self.num_tokens = len(self.prompt_ids) + self.num_output
@@ -113,7 +116,9 @@ class SimRequest:
         return (*prompt[start:n], *tail) if start < n else tail
 
     def output_words(self, start: int, stop: int) -> list[str]:
-        return [tokenizer.output_word(self.key, i) for i in range(start, stop)]
+        """What it says at output positions ``start .. stop - 1`` (what the client sees;
+        block hashing keeps the lossless ids, which changes no timing)."""
+        return answer_words(self.key, self.divergence, start, stop)
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,18 +272,14 @@ class EngineCore:
                 f"min_tokens must be between 0 and max_tokens ({limit}), got {min_tokens}."
             )
         key = tokenizer.request_key(prompt_ids, self.config.seed)
-        target = limit if ignore_eos else max(min_tokens, min(limit, self._natural_length(key)))
+        target = limit if ignore_eos else max(min_tokens, min(limit, tokenizer.natural_length(key)))
         req = SimRequest(request_id, list(prompt_ids), limit, arrival_time,
                          min_tokens=min_tokens, ignore_eos=ignore_eos, key=key,
-                         target_output=target)
+                         target_output=target,
+                         divergence=divergence(prompt_ids, self.config.flip_rate))
         self.requests[request_id] = req
         self.waiting.append(req)
         return req
-
-    def _natural_length(self, key: int) -> int:
-        """Where the simulated model would stop on its own: lognormal, median ≈ 200 tokens."""
-        rng = random.Random(key)
-        return max(1, int(math.exp(rng.gauss(math.log(200.0), 0.8))))
 
     def abort(self, request_id: str, now: float) -> None:
         req = self.requests.get(request_id)

@@ -12,6 +12,7 @@ hashing generated blocks cheap in the virtual-time driver.
 
 from __future__ import annotations
 
+import math
 import random
 import zlib
 from collections.abc import Sequence
@@ -71,3 +72,9 @@ def request_key(prompt_ids: Sequence[int], seed: int) -> int:
     process (unlike a hash of strings).
     """
     return hash((seed, len(prompt_ids), tuple(prompt_ids[:64]))) & 0xFFFF_FFFF
+
+
+def natural_length(request_key: int) -> int:
+    """Where the simulated model stops on its own (its EOS): lognormal, median ≈ 200."""
+    rng = random.Random(request_key)
+    return max(1, int(math.exp(rng.gauss(math.log(200.0), 0.8))))
