@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 
 import typer
+from pydantic import ValidationError
 
 # Typer 0.29 vendors click; its exception classes are only importable from there.
 from typer._click import exceptions as click
@@ -93,6 +94,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     except typer.Abort:
         print("slotune: aborted", file=sys.stderr)
         sys.exit(1)
+    except ValidationError as exc:  # the environment's settings (SLOTUNE_*), read lazily
+        reasons = "; ".join(" ".join(str(e["msg"]).split()) for e in exc.errors())
+        print(f"slotune: error: {reasons}", file=sys.stderr)
+        sys.exit(2)
     except StorageError as exc:  # what a command did not map itself: one line, never a trace
         print(f"slotune: error: {' '.join(str(exc).split())}", file=sys.stderr)
         sys.exit(exit_code(exc))

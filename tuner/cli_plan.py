@@ -23,6 +23,7 @@ from rich.table import Table
 
 from tuner.cli_output import make_console
 from tuner.db.errors import StorageError, exit_code
+from tuner.planner import DEFAULT_HEADROOM
 from tuner.settings import GPU_PRICE_MAX, get_settings, gpu_price_table
 
 if TYPE_CHECKING:  # the API's modules load FastAPI: only when the command runs
@@ -38,7 +39,7 @@ def plan_command(
         "--target-rps", help="Requests per second to carry (> 0).", show_default=False)],
     headroom: Annotated[float, typer.Option(
         help="Fraction of each replica's capacity kept spare (bursts, failover), 0 … 0.95.")]
-        = 0.2,
+        = DEFAULT_HEADROOM,
     model: Annotated[str | None, typer.Option(help="Only this model.")] = None,
     gpu: Annotated[str | None, typer.Option(help="Only this GPU type.")] = None,
     slo: Annotated[str | None, typer.Option(

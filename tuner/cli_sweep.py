@@ -27,6 +27,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from tuner.answer import sweep_answer
 from tuner.cli_output import make_console
 from tuner.db.errors import Conflict, NotFound, StorageError, exit_code
 from tuner.db.records import BestConfig, SweepRecord
@@ -58,6 +59,9 @@ Gpus = Annotated[int | None, typer.Option(
 Strict = Annotated[bool, typer.Option(
     help="Refuse (exit 2) a space part of which can never be placed on the cluster, "
     "instead of warning and recording those trials infeasible.")]
+AllowLossy = Annotated[bool, typer.Option(
+    help="Let lossy knob values (weight quantisation, fp8 KV, …) score without the quality "
+    "check they must otherwise pass first; the report says they were not checked.")]
 
 
 def _fail(message: str, code: int) -> typer.Exit:
@@ -190,6 +194,10 @@ def _finish(store: Any, sweep: SweepRecord, console: Console,
         console.print("winner of this sweep:")
         console.print(f"  {vllm_command(sweep.model, trial.config)}", soft_wrap=True,
                       highlight=False)
+        answer = sweep_answer(store, sweep)
+        if answer is not None:
+            console.print(f"[bold]answer:[/] {answer.sentence}", soft_wrap=True,
+                          highlight=False)
     elif progress.unconfirmed:
         console.print(f"[yellow]no winner: {progress.unconfirmed}; rerun the sweep "
                       "on a quieter machine, or with more confirmation repeats[/]")
@@ -241,6 +249,7 @@ def run(
     workload: Annotated[str | None, typer.Option(help="Override the space's workload.")] = None,
     slo: Annotated[str | None, typer.Option(help="Override the space's SLO.")] = None,
     mode: Annotated[str | None, typer.Option(help="goodput or capacity.")] = None,
+    allow_lossy: AllowLossy = False,
     max_gpu_hours: Annotated[float | None, typer.Option(help="GPU-hour budget.")] = None,
     deadline: Annotated[datetime | None, typer.Option(help="Stop launching trials after "
                                                       "this time (ISO 8601).")] = None,
@@ -260,7 +269,8 @@ def run(
     try:
         request = SweepRequest(
             space=space, strategy=strategy, workload=workload, slo=slo, mode=mode,
-            seed=seed, budget=SweepBudget(max_trials=trials, max_parallel=parallel,
+            allow_lossy=allow_lossy, seed=seed,
+            budget=SweepBudget(max_trials=trials, max_parallel=parallel,
                                           max_gpu_hours=max_gpu_hours, deadline=deadline,
                                           plateau_trials=plateau, confirm_top=confirm_top,
                                           confirm_repeats=confirm_repeats))
@@ -318,6 +328,8 @@ def submit(
     trials: Annotated[int, typer.Option(min=1, help="Trial budget.")] = 20,
     workload: Annotated[str | None, typer.Option(help="Override the workload.")] = None,
     slo: Annotated[str | None, typer.Option(help="Override the SLO.")] = None,
+    mode: Annotated[str | None, typer.Option(help="goodput or capacity.")] = None,
+    allow_lossy: AllowLossy = False,
     owner: Annotated[str | None, typer.Option(help="Who asks.")] = None,
     strict: Strict = False,
     database_url: DatabaseUrl = None,
@@ -331,7 +343,8 @@ def submit(
 
     try:
         request = SweepRequest(space=space, strategy=strategy, workload=workload, slo=slo,
-                               owner=owner, budget=SweepBudget(max_trials=trials))
+                               mode=mode, allow_lossy=allow_lossy, owner=owner,
+                               budget=SweepBudget(max_trials=trials))
         cluster = declared_cluster()
         if cluster is not None:
             _check_placement(resolve(request)[0], cluster, strict=strict)

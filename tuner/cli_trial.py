@@ -73,8 +73,12 @@ def parse_sets(items: list[str], space: SearchSpace) -> tuple[dict[str, KnobValu
 def build_spec(space: SearchSpace, sets: list[str], *, workload: str | None, slo: str | None,
                mode: ObjectiveMode | None, request_rate: float | None,
                num_prompts: int | None, time_scale: float | None,
-               trial_id: str | None) -> tuple[TrialSpec, str | None]:
+               trial_id: str | None, allow_lossy: bool = False
+               ) -> tuple[TrialSpec, str | None]:
     knobs, fixed = parse_sets(sets, space)
+    if allow_lossy:
+        space = space.model_copy(update={
+            "quality": space.quality.model_copy(update={"allow_lossy": True})})
     params = {**space.defaults(), **knobs}
     try:
         chosen = load_workload(workload)[0] if workload else space.resolve_workload()
@@ -101,8 +105,9 @@ def build_spec(space: SearchSpace, sets: list[str], *, workload: str | None, slo
         sim = (sim or SimOptions()).model_copy(update={"time_scale": time_scale})
     spec = space.to_trial_spec(params, trial_id or f"manual-{uuid.uuid4().hex[:8]}",
                                workload=chosen, slo=chosen_slo, mode=mode, sim=sim)
-    if fixed:
-        spec = spec.model_copy(update={"engine_args": {**spec.engine_args, **fixed}})
+    if fixed:  # a fixed argument set by hand may be the lossy one
+        spec = spec.model_copy(update={"engine_args": {**spec.engine_args, **fixed},
+                                       "quality": space.quality_gate({**params, **fixed})})
     return spec, space.check({**params, **fixed})
 
 
@@ -124,6 +129,8 @@ def run(
     time_scale: Annotated[float | None, typer.Option(help="Simulated engine: run this many "
                                                      "times faster than real time.")] = None,
     trial_id: Annotated[str | None, typer.Option(help="Name the trial.")] = None,
+    allow_lossy: Annotated[bool, typer.Option(
+        help="Let lossy knob values score without their quality check.")] = False,
     executor: Annotated[TrialExecutorKind, typer.Option(
         help="live: boot the space's engine and measure it; virtual: the simulated engine "
              "in virtual time (milliseconds, no server), through the same pipeline.")
@@ -136,7 +143,8 @@ def run(
         loaded = load_space(space)
         spec, broken = build_spec(loaded, sets or [], workload=workload, slo=slo, mode=mode,
                                   request_rate=request_rate, num_prompts=num_prompts,
-                                  time_scale=time_scale, trial_id=trial_id)
+                                  time_scale=time_scale, trial_id=trial_id,
+                                  allow_lossy=allow_lossy)
     except (SpaceError, UsageError) as exc:
         print(f"slotune trial run: error: {exc}", file=sys.stderr)
         raise typer.Exit(2) from None
@@ -176,6 +184,8 @@ def _print(result: TrialResult, spec: TrialSpec) -> None:
     rows += [(f"constraint {k}", f"{v:+.3f}") for k, v in result.constraints.items()]
     if result.early_abort:
         rows.append(("early abort", result.early_abort))
+    if result.quality is not None:
+        rows.append(("quality", result.quality.detail or ""))
     if result.diagnosis:
         rows.append(("diagnosis", f"{result.diagnosis.get('label')}: "
                                   f"{result.diagnosis.get('reason')}"))

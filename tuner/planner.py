@@ -41,6 +41,7 @@ from workers.contracts import replica_gpus
 from workers.engines.vllm import vllm_command
 
 __all__ = [
+    "DEFAULT_HEADROOM",
     "AmbiguousSlo",
     "Basis",
     "CapacityOption",
@@ -151,6 +152,10 @@ class CapacityPlan(BaseModel):
     """What to know before sizing on it: staleness, unpriced GPUs, other SLOs."""
 
 
+DEFAULT_HEADROOM = 0.2
+"""Share of each replica's capacity kept spare by default (bursts, a failed replica)."""
+
+
 def replicas_for(target_rps: float, per_replica_rps: float, headroom: float) -> int:
     """The fewest whole replicas whose capacity, less ``headroom`` kept spare, covers the
     target: ``ceil(target / (per_replica × (1 − headroom)))``, at least one."""
@@ -192,7 +197,7 @@ def plan_capacity(
     *,
     workload: str,
     target_rps: float,
-    headroom: float = 0.2,
+    headroom: float = DEFAULT_HEADROOM,
     model: str | None = None,
     gpu: str | None = None,
     slo: str | None = None,

@@ -87,6 +87,8 @@ class SweepRequest(_Request):
     """Override the space's SLO, e.g. ``ttft:300,tpot:50``."""
     strategy: str = DEFAULT_STRATEGY
     mode: ObjectiveMode | None = None
+    allow_lossy: bool = False
+    """Let lossy knob values (quantisation, fp8 KV, …) score without their quality check."""
     budget: SweepBudget = Field(default_factory=SweepBudget)
     seed: int = Field(0, ge=0, le=SEED_MAX)
     """The sampler's seed (Optuna takes 0 … 2**32 - 1)."""
@@ -129,6 +131,9 @@ def resolve(request: SweepRequest) -> tuple[SearchSpace, Workload, SLO]:
         # The stored space carries what the sweep runs, so a resumed sweep runs the same.
         space = space.model_copy(update={"workload": workload, "slo": slo,
                                          "mode": request.mode or space.mode})
+    if request.allow_lossy:
+        space = space.model_copy(update={
+            "quality": space.quality.model_copy(update={"allow_lossy": True})})
     return space, workload, slo
 
 

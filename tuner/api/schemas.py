@@ -21,7 +21,7 @@ from tuner.db.records import (
     TrialRecord,
     WorkloadRecord,
 )
-from tuner.planner import Basis, CapacityOption, CapacityPlan
+from tuner.planner import DEFAULT_HEADROOM, Basis, CapacityOption, CapacityPlan
 from tuner.progress import SweepProgress
 from tuner.settings import GpuName, GpuPrice
 from workers.engines.vllm import vllm_command
@@ -295,7 +295,7 @@ class CapacityIn(BaseModel):
     """``ttft:300,tpot:50`` or the canonical JSON of the view; required when the workload
     was measured under several SLOs."""
     target_rps: float = Field(gt=0, le=1e7)
-    headroom: float = Field(0.2, ge=0, le=0.95)
+    headroom: float = Field(DEFAULT_HEADROOM, ge=0, le=0.95)
     """Fraction of each replica's capacity kept spare (bursts, failover)."""
     gpu_prices: dict[GpuName, GpuPrice] | None = Field(None, max_length=GPU_PRICES_MAX)
     """GPU name → USD per GPU-hour, over the server's ``SLOTUNE_GPU_PRICES`` per name; the

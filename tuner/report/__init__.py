@@ -2,9 +2,12 @@
 
 ``render_report(store, sweep_id, "html" | "md")`` gives one self-contained HTML page
 (inline CSS and SVG charts, no external assets) or Markdown (tables instead of charts);
-``write_report(store, sweep_id, directory)`` writes both. Each says: the winner, how sure
+``write_report(store, sweep_id, directory)`` writes both. Each leads with the answer (a
+capacity sweep: what one replica carries and the replicas the workload's rate needs),
+then says: the winner, how sure
 we are of it, its ``vllm serve`` command line, the binding constraint at the winner and
-what to do next, the curves, the experiment cards, the failures.
+what to do next, what the quality gate checked, the curves, the experiment cards, the
+failures.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
+from tuner.answer import sweep_answer
 from tuner.db.errors import NotFound
 from tuner.report._analysis import (
     Confidence,
@@ -63,7 +67,9 @@ def build_report(store: Store, sweep_id: int) -> SweepReport:
         best = store.best_for_workload(sweep.workload)
     except NotFound:
         spec, best = {}, []
-    return analyse(sweep, trials, cards, workload_spec=spec, best_rows=best)
+    answer = sweep_answer(store, sweep) if spec else None
+    return analyse(sweep, trials, cards, workload_spec=spec, best_rows=best,
+                   answer=answer.sentence if answer else None)
 
 
 def render_report(store: Store, sweep_id: int, fmt: ReportFormat = "html") -> str:

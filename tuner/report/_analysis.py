@@ -58,6 +58,8 @@ class TrialPoint:
     diagnosis: dict[str, Any] | None
     failure_message: str | None
     violated_rule: str | None
+    quality: dict[str, Any] | None = None
+    """The quality gate's verdict (a lossy configuration), as stored."""
 
     def metric(self, name: str) -> float | None:
         value = self.metrics.get(name)
@@ -133,6 +135,15 @@ class SweepReport:
     symptoms: tuple[dict[str, Any], ...] = ()
     """The playbook's symptoms beside the wall (the winner's, else every trial's, each
     kind once with how many trials showed it)."""
+    answer: str | None = None
+    """The seed's whole answer, one sentence (:mod:`tuner.answer`; capacity mode)."""
+    allow_lossy: bool = False
+    """Lossy values scored unchecked (``--allow-lossy``)."""
+
+    @property
+    def quality_checked(self) -> tuple[TrialPoint, ...]:
+        """The trials whose configuration was lossy, with their quality verdicts."""
+        return tuple(t for t in self.trials if t.quality)
 
     @property
     def measured(self) -> tuple[TrialPoint, ...]:
@@ -178,7 +189,7 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[tuple[float, flo
 
 def analyse(sweep: SweepRecord, trials: Sequence[TrialRecord], cards: Sequence[CardRecord],
             *, workload_spec: Mapping[str, Any] | None = None,
-            best_rows: Sequence[BestConfig] = ()) -> SweepReport:
+            best_rows: Sequence[BestConfig] = (), answer: str | None = None) -> SweepReport:
     """Everything the report says about ``sweep``."""
     points = tuple(_point(t) for t in trials)
     measured = [t for t in points if t.measured]
@@ -218,7 +229,8 @@ def analyse(sweep: SweepRecord, trials: Sequence[TrialRecord], cards: Sequence[C
         ties=ties, tie_note=tie_note, status_counts=dict(status_counts),
         symptoms=_symptoms(winner, points),
         failure_counts=dict(failure_counts), infeasible_rules=dict(rules),
-        failure_examples=examples,
+        failure_examples=examples, answer=answer,
+        allow_lossy=bool((sweep.space.get("quality") or {}).get("allow_lossy")),
     )
 
 
@@ -248,6 +260,7 @@ def _point(trial: TrialRecord) -> TrialPoint:
         diagnosis=trial.diagnosis or result.get("diagnosis"),
         failure_message=result.get("failure_message"),
         violated_rule=result.get("violated_rule"),
+        quality=result.get("quality"),
     )
 
 

@@ -82,6 +82,8 @@ def render_html(report: SweepReport) -> str:
         f"<title>slotune report — sweep {s.id} {e(s.name)}</title>",
         f"<style>{_CSS}</style></head><body>",
         f"<h1>Sweep {s.id}: {e(s.name)}</h1>",
+        *([f"<p class='answer'><strong>{e(report.answer)}</strong></p>"]
+          if report.answer else []),
         _html_table(["workload", "model", "GPU", "SLO", "strategy", "mode", "status",
                      "stop reason"],
                     [[s.workload, s.model, s.gpu, _slo_text(report), s.strategy, s.mode,
@@ -108,6 +110,10 @@ def render_html(report: SweepReport) -> str:
     parts.append(_html_binding(report))
     if report.tie_note:
         parts.append(f"<p class='note ties'>{e(report.tie_note)}</p>")
+    parts.append("<h2 id='quality'>Quality checks</h2>")
+    parts += [f"<p class='{cls}'>{e(text)}</p>" for cls, text in _quality_notes(report)]
+    if report.quality_checked:
+        parts.append(_html_table(*_quality_rows(report)))
     parts.append("<h2 id='curves'>Curves</h2><div class='charts'>")
     parts += [render_chart(c) for c in charts(report)]
     parts.append("</div>")
@@ -221,9 +227,35 @@ def _html_failures(report: SweepReport) -> str:
 
 # --- Markdown -------------------------------------------------------------------------------
 
+def _quality_notes(report: SweepReport) -> list[tuple[str, str]]:
+    notes = []
+    if report.allow_lossy:
+        notes.append(("bad", "Lossy values were allowed without their quality check "
+                             "(--allow-lossy): a lossy winner's answers were not compared "
+                             "with the lossless model's."))
+    if not report.quality_checked:
+        notes.append(("muted", "No lossy configuration was measured: nothing to check."))
+    return notes
+
+
+def _quality_rows(report: SweepReport) -> tuple[list[str], list[list[str]]]:
+    rows = []
+    for t in report.quality_checked:
+        q = t.quality or {}
+        value = q.get("agreement") if q.get("agreement") is not None else q.get("score")
+        verdict = ("not checked" if q.get("passed") is None else
+                   "passed" if q.get("passed") else "failed")
+        rows.append([f"#{t.number}", ", ".join(q.get("lossy") or ()), str(q.get("method")),
+                     _num(value), _num(q.get("threshold")), verdict,
+                     str(q.get("detail") or "")])
+    return (["trial", "lossy values", "method", "agreement / score", "threshold", "verdict",
+             "detail"], rows)
+
+
 def render_markdown(report: SweepReport) -> str:
     s = report.sweep
     lines = [f"# Sweep {s.id}: {s.name}", "",
+             *([f"**{report.answer}**", ""] if report.answer else []),
              _md_table(["workload", "model", "GPU", "SLO", "strategy", "mode", "status",
                         "stop reason"],
                        [[s.workload, s.model, s.gpu, _slo_text(report), s.strategy, s.mode,
@@ -261,7 +293,12 @@ def render_markdown(report: SweepReport) -> str:
         lines.append("")
     if report.tie_note:
         lines += [f"> **Ties:** {report.tie_note}", ""]
-    lines += ["## Curves", ""]
+    lines += ["## Quality checks", ""]
+    lines += [f"{'> **Warning:** ' if cls == 'bad' else ''}{text}" for cls, text
+              in _quality_notes(report)]
+    if report.quality_checked:
+        lines += ["", _md_table(*_quality_rows(report))]
+    lines += ["", "## Curves", ""]
     for knob in report.knobs:
         headers = [knob, "trials", "best goodput (req/s)", "trial"]
         for metric in LATENCY_METRICS:

@@ -87,13 +87,14 @@
       var none = missing[w.name] || [];
       if (!w.best.length && !none.length) {
         rows.push(el("tr", { "data-workload": w.name }, textCell(w.name, "workload"),
-          el("td", { colspan: 7, "class": "muted" }, "no configuration measured yet")));
+          el("td", { colspan: 9, "class": "muted" }, "no configuration measured yet")));
       }
       w.best.forEach(function (b) {
         rows.push(el("tr", { "data-workload": w.name, "data-trial-id": b.trial_id },
           textCell(w.name, "workload"), textCell(b.model, "model"), textCell(b.gpu, "gpu"),
           textCell(sloText(b.slo), "slo"), numCell(b.objective, 3, "objective"),
-          numCell(b.capacity, 3, "capacity"),
+          numCell(b.capacity, 3, "capacity"), numCell(b.gpus, 0, "gpus"),
+          numCell(b.capacity_per_gpu, 3, "capacity_per_gpu"),
           el("td", { "data-field": "confirmed" }, badge(b.confirmed ? "yes" : "no"),
             b.stale ? el("span", { "data-field": "stale", title: "the newest measurement ran "
               + "another engine version than " + (b.engine_version || "this one") }, " ", badge("stale"))
@@ -105,14 +106,14 @@
         rows.push(el("tr", { "data-workload": w.name, "data-no-passing": "true" },
           textCell(w.name, "workload"), textCell(m.model, "model"), textCell(m.gpu, "gpu"),
           textCell(sloText(m.slo), "slo"),
-          el("td", { colspan: 3, "data-field": "no_passing" }, m.reason),
+          el("td", { colspan: 5, "data-field": "no_passing" }, m.reason),
           el("td", { "data-field": "closest_command" },
             el("pre", { "class": "command" }, m.closest_command))));
       });
     });
-    if (!rows.length) rows.push(el("tr", {}, el("td", { colspan: 9, "class": "muted" }, "no workloads yet")));
+    if (!rows.length) rows.push(el("tr", {}, el("td", { colspan: 11, "class": "muted" }, "no workloads yet")));
     replace("workloads", table(["workload", "model", "GPU", "SLO", "objective", "capacity (req/s)",
-      "confirmed", "vllm command"], rows));
+      "GPUs", "capacity per GPU", "confirmed", "vllm command"], rows));
   }
 
   function progressText(p) {
