@@ -67,6 +67,8 @@ from workers.engines import adapter_for
 log = logging.getLogger(__name__)
 
 HEARTBEAT_S = 2.0
+WARM_STEP = 1.5
+"""The capacity search's bracket step once the sweep knows a rate to start from."""
 STALE_AFTER_S = 15.0
 """A running sweep whose coordinator has not beaten for this long may be taken over
 (heartbeats come every few seconds, so this is several missed beats)."""
@@ -428,6 +430,14 @@ class SweepRunner:
         return replica_gpus({**self.space.fixed, **params})
 
     def _spec(self, params: dict[str, KnobValue], trial_id: str, **overrides: Any) -> TrialSpec:
+        if self.space.mode == "capacity" and self.best is not None and "capacity" not in overrides:
+            # Start the rate search where the best configuration so far is (per GPU, so
+            # scaled to this one's GPUs), in smaller steps: most configurations carry a
+            # rate near it, and the probes far below it — the long ones — tell nothing.
+            search = self.space.capacity
+            overrides["capacity"] = search.model_copy(update={
+                "start_rate": self.best[0] * self._gpus_of(params),
+                "step": min(search.step, WARM_STEP)})
         return self.space.to_trial_spec(params, trial_id, **overrides)
 
     # ---- confirmation -------------------------------------------------------------
@@ -440,8 +450,9 @@ class SweepRunner:
         if not chosen:
             return
         top = [self.results[i][0] for i in chosen]
+        found = [self.results[i][1].capacity for i in chosen]
         phase = ConfirmationPhase(TrialLauncher(self.executor, self.share, self.sweep.id),
-                                  lambda i, r, a: self._repeat_spec(top[i], r, a),
+                                  lambda i, r, a: self._repeat_spec(top[i], r, a, found[i]),
                                   repeats=limits.confirm_repeats)
         try:
             outcome = phase.run([row.params for row in top], keep_going=self._beat)
@@ -463,9 +474,18 @@ class SweepRunner:
         self.confirmation = [{"trial_id": top[row.pop("candidate")].id, **row}
                              for row in outcome.table]
 
-    def _repeat_spec(self, row: TrialRecord, repeat: int, attempt: int) -> TrialSpec:
+    def _repeat_spec(self, row: TrialRecord, repeat: int, attempt: int,
+                     capacity: float | None) -> TrialSpec:
+        overrides: dict[str, Any] = {}
+        if capacity:
+            # Re-measure around what the first run found: one bracket step of twice the
+            # tolerance each way settles it in two or three probes instead of a new search.
+            search = self.space.capacity
+            overrides["capacity"] = search.model_copy(update={
+                "start_rate": capacity, "step": 1 + 2 * search.relative_tolerance})
         spec = self._spec(row.params,
-                          f"s{self.sweep.id}-t{row.number}-confirm{repeat}-a{attempt}")
+                          f"s{self.sweep.id}-t{row.number}-confirm{repeat}-a{attempt}",
+                          **overrides)
         return adapter_for(spec.engine).repeat_spec(spec, repeat)
 
     # ---- bookkeeping --------------------------------------------------------------

@@ -412,8 +412,18 @@ class CapacitySearch(_Strict):
     max_rate: float = Field(256.0, gt=0)
     relative_tolerance: float = Field(0.05, gt=0, lt=1)
     max_probes: int = Field(10, ge=2)
+    start_rate: float | None = Field(None, gt=0)
+    """Where the bracket starts (None: the workload's rate). A sweep starts each trial at
+    what its best configuration so far carries, scaled to the trial's GPUs; a
+    confirmation repeat at the rate its first run found."""
+    step: float = Field(2.0, gt=1, le=16)
+    """The bracket's factor: up (or down) by this much until the gate's answer flips."""
     prompts_per_probe: int | None = Field(None, ge=1)
     """Requests per probe (default: the workload's num_prompts)."""
+    min_probe_s: float | None = Field(None, gt=0, le=3600)
+    """A probe at rate r sends at least r × this many requests (engine seconds of
+    arrivals): a short burst above capacity ends before its queue builds up, so short
+    probes overstate capacity, and more at high rates."""
 
 
 # --- the quality gate (lossy knob values) --------------------------------------------------

@@ -135,11 +135,13 @@ def capacity_search(search: CapacitySearch, start_rate: float
     """The capacity search as a pure generator: yields the next rate to probe, is sent
     whether the SLO held there, and returns the highest rate that held (None: none did).
 
-    Bracket by doubling up from the start rate (or halving down from it), then bisect
-    geometrically — the bracket spans factors of two — until the bracket is within the
-    relative tolerance or ``max_probes`` are spent.
+    Bracket by stepping up from the start rate by ``search.step`` (or down from it), then
+    bisect geometrically until the bracket is within the relative tolerance or
+    ``max_probes`` are spent. ``search.start_rate``, when set, wins over ``start_rate``.
     """
     rate = search.min_rate
+    if search.start_rate is not None:
+        start_rate = search.start_rate
     if math.isfinite(start_rate):
         rate = min(max(start_rate, search.min_rate), search.max_rate)
     low: float | None = None
@@ -152,12 +154,12 @@ def capacity_search(search: CapacitySearch, start_rate: float
             low = rate
             if rate >= search.max_rate or high is not None:
                 break
-            rate = min(rate * 2, search.max_rate)
+            rate = min(rate * search.step, search.max_rate)
         else:
             high = rate
             if rate <= search.min_rate or low is not None:
                 break
-            rate = max(rate / 2, search.min_rate)
+            rate = max(rate / search.step, search.min_rate)
     while (low is not None and high is not None and probes < search.max_probes
            and high / low - 1 > search.relative_tolerance):
         mid = math.sqrt(low * high)
@@ -171,11 +173,19 @@ def capacity_search(search: CapacitySearch, start_rate: float
 
 
 def probe_workload(spec: TrialSpec, rate: float, index: int) -> Workload:
-    """Capacity probe ``index`` at ``rate``: its own prompts, the probe's prompt count."""
+    """Capacity probe ``index`` at ``rate``: its own prompts, the probe's prompt count,
+    and the workload's warm-up on the first probe only (the engine stays up between
+    probes: what warm-up pays for — first-request compilation, allocator growth — is
+    paid once per boot)."""
     data = spec.workload.model_dump()
     data["arrivals"]["request_rate"] = float(rate)
     if spec.capacity.prompts_per_probe is not None:
         data["num_prompts"] = spec.capacity.prompts_per_probe
+    if spec.capacity.min_probe_s is not None:
+        data["num_prompts"] = max(data["num_prompts"],
+                                  math.ceil(rate * spec.capacity.min_probe_s))
+    if index > 0:
+        data["warmup_requests"] = 0
     data["seed"] = spec.workload.seed + PROBE_SEED_STRIDE * index
     return Workload.model_validate(data)
 

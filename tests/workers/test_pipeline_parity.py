@@ -28,7 +28,7 @@ from workers.contracts import (
 )
 from workers.loadgen import load_workload
 from workers.loadgen.result import slotune_fields
-from workers.pipeline import capacity_search
+from workers.pipeline import capacity_search, probe_workload
 from workers.sim_trial import run_virtual_trial
 from workers.trial import run_trial
 
@@ -182,3 +182,24 @@ def test_capacity_search_limits() -> None:
     capped, probed = _drive(CapacitySearch(min_rate=1.0, max_rate=64.0, max_probes=4),
                             1.0, capacity=100.0)
     assert len(probed) == 4 and capped == 8.0  # out of probes
+
+
+def test_capacity_probes_warm_up_once_per_boot_and_never_repeat_a_prompt() -> None:
+    spec = _spec(mode="capacity", capacity=CapacitySearch(prompts_per_probe=12))
+    first, second = probe_workload(spec, 4.0, 0), probe_workload(spec, 8.0, 1)
+    assert (first.warmup_requests, second.warmup_requests) == (2, 0)
+    assert (first.num_prompts, second.num_prompts) == (12, 12)
+    assert (first.arrivals.request_rate, second.arrivals.request_rate) == (4.0, 8.0)
+    assert first.seed != second.seed  # fresh prompts: no probe hits another's cache
+
+
+def test_a_search_started_where_a_rate_is_known_settles_in_few_probes() -> None:
+    # What a sweep's later trial and a confirmation repeat do: start at the known rate.
+    near = CapacitySearch(min_rate=1.0, max_rate=64.0, relative_tolerance=0.1,
+                          max_probes=6, start_rate=11.0, step=1.2)
+    found, probed = _drive(near, 20.0, capacity=11.5)  # start_rate wins over the workload's
+    assert probed[:2] == [11.0, pytest.approx(13.2)]
+    assert probed[2] == pytest.approx(11.0 * math.sqrt(1.2)) and found == 11.0  # 12.05 broke
+    found, probed = _drive(near, 20.0, capacity=10.0)  # it no longer holds: one step down
+    assert probed[:2] == [11.0, pytest.approx(11.0 / 1.2)] and found is not None
+    assert found <= 10.0 and len(probed) == 3
