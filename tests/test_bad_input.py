@@ -446,3 +446,12 @@ def test_hostile_values_are_single_argv_elements_for_both_engines(tmp_path: Path
         for name, value in values.items():
             assert f"--{name.replace('_', '-')}={value}" in argv
         assert "--enforce-eager" not in argv and "rm" not in argv
+
+
+@pytest.mark.parametrize("command", [("sweep", "status"), ("best",), ("plan", "-w", "lab",
+                                                                       "--target-rps", "20")])
+def test_bad_gpu_prices_in_the_environment_are_one_line_in_every_command(
+        tmp_path: Path, command: tuple[str, ...]) -> None:
+    env = {**os.environ, "SLOTUNE_HOME": str(tmp_path), "SLOTUNE_GPU_PRICES": '{"h100": -1}'}
+    line = slotune_refuses(*command, env=env)
+    assert "SLOTUNE_GPU_PRICES" in line and "price of 'h100'" in line

@@ -140,3 +140,36 @@ def test_sweep_on_real_vllm_through_the_coordinator_on_ray(tmp_path: Path) -> No
                for r in booted)
     assert "vllm serve" in proc.stdout and realvllm.tiny_model() in proc.stdout
     assert specs and all(engine_pids(spec["trial_id"]) == [] for spec in specs)
+
+
+def test_a_lossy_value_is_checked_with_golden_requests_on_real_vllm(tmp_path: Path) -> None:
+    # The checkpoint is bfloat16; running it in float32 changes every number it computes.
+    # The space marks that lossy, so the trial boots the bfloat16 baseline first, asks it
+    # the golden prompts, stops it, boots float32, asks again and compares the tokens.
+    knobs = {"dtype": {"type": "values", "values": ["bfloat16", "float32"],
+                       "default": "bfloat16"}}
+    space = write_space(tmp_path, mode="goodput", knobs=knobs,
+                        lossy={"dtype": {"values": ["float32"], "lossless": "bfloat16"}},
+                        quality={"golden": {"max_tokens": 16, "min_agreement": 0.5,
+                                            "prompts": ["The capital of France is",
+                                                        "def fibonacci(n):",
+                                                        "Once upon a time,",
+                                                        "Q: What is 17 times 23?\nA:"]}})
+    trial_id = f"real-lossy-{uuid.uuid4().hex[:6]}"
+    proc = slotune("trial", "run", "--space", str(space), "--set", "dtype=float32",
+                   "--trial-id", trial_id, "--num-prompts", "8", "--json", timeout=600)
+    assert proc.returncode in (0, 3), proc.stderr[-3000:]
+    result = json.loads(proc.stdout)
+    assert result["status"] == "ok", result.get("failure_message")
+    quality = result["quality"]
+    assert quality["checked"] and quality["method"] == "golden"
+    assert quality["lossy"] == ["dtype=float32"] and quality["threshold"] == 0.5
+    assert 0.0 <= quality["agreement"] <= 1.0
+    assert quality["passed"] is (quality["agreement"] >= 0.5)
+    assert quality["seconds"] > 5  # a second real boot: the baseline's
+    if quality["passed"]:
+        assert result["metrics"] and result["constraints"]["quality"] <= 0
+    else:  # a failed check is objective 0, never put under load
+        assert result["objective"] == 0 and not result["metrics"]
+        assert result["constraints"]["quality"] > 0
+    assert engine_pids(trial_id) == [] and engine_pids(f"{trial_id}-baseline") == []

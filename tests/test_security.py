@@ -187,8 +187,8 @@ def test_database_password_never_printed_or_stored(tmp_path: Path,
 def test_trial_on_the_sim_engine_leaves_no_secret_in_result_or_engine_log(
         tmp_path: Path) -> None:
     proc = subprocess.run(
-        [SLOTUNE, "trial", "run", "--space", "lab", "--num-prompts", "20",
-         "--time-scale", "2", "--json"],
+        [SLOTUNE, "trial", "run", "--space", "lab", "--mode", "goodput", "--request-rate", "4",
+         "--num-prompts", "20", "--time-scale", "2", "--json"],
         capture_output=True, text=True, timeout=180, env=secret_env(tmp_path),
         stdin=subprocess.DEVNULL, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr

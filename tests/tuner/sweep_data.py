@@ -56,7 +56,7 @@ def populate_finished_sweep(store: Store) -> SweepData:
 
     def record(params: dict[str, KnobValue], result: TrialResult) -> int:
         nonlocal number
-        spec = space.to_trial_spec(params, result.trial_id, workload=workload)
+        spec = space.to_trial_spec(params, result.trial_id, workload=workload, mode="goodput")
         trial = store.start_trial(sweep.id, number=number, params=params, spec=spec)
         store.finish_trial(trial.id, result)
         number += 1

@@ -18,6 +18,11 @@ pytestmark = pytest.mark.slow
 SLOTUNE = str(Path(sys.executable).with_name("slotune"))
 
 
+GOODPUT_AT_4 = ("--mode", "goodput", "--request-rate", "4", "--num-prompts", "160")
+"""The lab traffic at 4 req/s, where the lab space's configurations differ (its own
+question, capacity at 20 req/s, is the sweep's)."""
+
+
 def trial_run(*args: str, timeout: float = 120) -> tuple[subprocess.CompletedProcess[str],
                                                          dict[str, Any] | None, float]:
     start = time.monotonic()
@@ -34,7 +39,7 @@ def test_the_lab_space_defaults_carry_the_lab_traffic() -> None:
     # the lab space's 2x clock doubles the client's own jitter in engine time (measured:
     # p99 275-307 ms at 2x, 261-275 ms at 1x), which made the gate a coin toss on a busy
     # machine.
-    proc, result, elapsed = trial_run("--time-scale", "1")
+    proc, result, elapsed = trial_run(*GOODPUT_AT_4, "--time-scale", "1")
     assert proc.returncode == 0, proc.stderr
     assert elapsed < 120
     assert result is not None and result["status"] == "ok"
@@ -47,7 +52,8 @@ def test_the_lab_space_defaults_carry_the_lab_traffic() -> None:
 
 
 def test_a_rate_the_config_cannot_carry_scores_zero_with_its_broken_constraints() -> None:
-    proc, result, _ = trial_run("--request-rate", "20")
+    proc, result, _ = trial_run("--mode", "goodput", "--request-rate", "20",
+                                "--num-prompts", "100")
     assert proc.returncode == 0, proc.stderr
     assert result is not None and result["status"] == "ok"
     assert result["objective"] == 0.0
@@ -70,12 +76,15 @@ def test_a_combination_vllm_refuses_is_invalid_config_within_seconds() -> None:
 
 def test_one_knob_by_hand_changes_what_runs() -> None:
     proc, result, _ = trial_run("--set", "quantization=fp8", "--set", "max_num_seqs=64",
-                                "--num-prompts", "40")
+                                *GOODPUT_AT_4[:4], "--num-prompts", "40")
     assert proc.returncode == 0, proc.stderr
     assert result is not None
     argv = result["engine"]["argv"]
     assert "--quantization=fp8" in argv and "--max-num-seqs=64" in argv
     assert result["metrics"]["completed"] == 40
+    # fp8 weights are lossy: measured only after the golden requests agreed with bf16's
+    assert result["quality"]["passed"] is True and result["quality"]["method"] == "golden"
+    assert result["quality"]["lossy"] == ["quantization=fp8"]
 
 
 def test_a_knob_the_space_does_not_have_is_a_usage_error() -> None:
@@ -86,7 +95,8 @@ def test_a_knob_the_space_does_not_have_is_a_usage_error() -> None:
 
 
 def test_executor_virtual_runs_the_same_spec_in_virtual_time() -> None:
-    proc, virtual, elapsed = trial_run("--executor", "virtual", "--num-prompts", "60")
+    proc, virtual, elapsed = trial_run("--executor", "virtual", *GOODPUT_AT_4[:4],
+                                       "--num-prompts", "60")
     assert proc.returncode == 0, proc.stderr
     assert elapsed < 60  # no server, no waiting for real time
     assert virtual is not None and virtual["status"] == "ok" and virtual["gate_passed"]

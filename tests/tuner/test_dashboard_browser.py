@@ -65,7 +65,7 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, SweepDa
     with Store(url) as store:
         data = populate_finished_sweep(store)
         # and one that waits for GPUs other sweeps of its coordinator hold
-        waiting = queue_sweep(store, SweepRequest(space="lab", budget=SweepBudget(max_trials=2)),
+        waiting = queue_sweep(store, SweepRequest(space="lab", mode="goodput", budget=SweepBudget(max_trials=2)),
                               claimed_by="coordinator-w")
         _measure(store, "lab-20rps", [(0.0, 1.4, "slotune-sim"), (0.0, 1.2, "slotune-sim")])
         _measure(store, "chat-upgraded", [(5.0, 0.6, "0.30.0"), (3.0, 0.9, "0.33.0")])
@@ -111,7 +111,7 @@ def _measure(store: Store, workload: str, runs: list[tuple[float, float, str]]) 
     spec = {"name": workload, "dataset": {"kind": "random", "input_len": 512,
                                           "output_len": 128},
             "arrivals": {"request_rate": 20}, "num_prompts": 100}
-    sweep = queue_sweep(store, SweepRequest(space="lab", workload=spec, budget=SweepBudget(
+    sweep = queue_sweep(store, SweepRequest(space="lab", mode="goodput", workload=spec, budget=SweepBudget(
         max_trials=len(runs))), claimed_by="coordinator-m")
     for number, (objective, headroom, version) in enumerate(runs):
         trial = store.start_trial(sweep.id, number=number, params={"max_num_seqs": 64 << number},
@@ -181,6 +181,9 @@ def test_index_shows_the_workload_and_its_best_config(api: tuple[str, SweepData]
     objective = _cell(row, "objective")
     assert objective.text == f"{best[0]['objective']:.3f}"
     assert float(objective.get_attribute("data-value") or "nan") == best[0]["objective"]
+    assert _cell(row, "gpus").text == str(best[0]["gpus"])
+    assert _cell(row, "capacity_per_gpu").text == (
+        "—" if best[0]["capacity_per_gpu"] is None else f"{best[0]['capacity_per_gpu']:.3f}")
     assert _cell(row, "confirmed").text == "yes"
     assert _cell(row, "vllm_command").text == best[0]["vllm_command"]
     sweeps = browser.find_elements(By.CSS_SELECTOR, f'#sweeps tr[data-sweep-id="{data.sweep_id}"]')

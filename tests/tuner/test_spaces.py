@@ -182,3 +182,67 @@ def test_engine_binary_and_a_local_model_directory(tmp_path: Path) -> None:
         parse_space({**MINIMAL, "engine_binary": "/opt/v/bin/vllm"})
     # A Hugging Face name stays a name; an absolute path names a directory on the workers.
     assert parse_space(_vllm_space(model="/models/llama")).model == "/models/llama"
+
+
+# --- lossy values and the quality gate ---------------------------------------------------
+
+
+def test_quantization_and_fp8_kv_are_lossy_by_default_with_their_lossless_baseline() -> None:
+    space = load_space("lab")
+    defaults = space.defaults()
+    assert space.to_trial_spec(defaults, "t").quality is None  # bf16 + auto KV: lossless
+    spec = space.to_trial_spec({**defaults, "quantization": "fp8", "kv_cache_dtype": "fp8"},
+                               "t")
+    gate = spec.quality
+    assert gate is not None and gate.golden is not None and gate.command is None
+    assert gate.lossy == ("quantization=fp8", "kv_cache_dtype=fp8")
+    assert gate.baseline == {"quantization": None, "kv_cache_dtype": "auto"}
+    assert (gate.golden.max_tokens, gate.golden.min_agreement) == (32, 0.9)
+    baseline = spec.baseline()
+    assert baseline.quality is None and baseline.trial_id == "t-baseline"
+    assert (baseline.knobs["quantization"], baseline.knobs["kv_cache_dtype"]) == (None, "auto")
+    assert baseline.knobs["max_num_seqs"] == spec.knobs["max_num_seqs"]  # all else the same
+
+
+def test_a_space_marks_its_own_lossy_values_and_chooses_the_check(tmp_path: Path) -> None:
+    data = {**MINIMAL, "fixed": {"max_model_len": 4096, "kv_cache_dtype": "fp8"},
+            "knobs": {**MINIMAL["knobs"], "quantization": {
+                "type": "categorical", "choices": [None, "fp8", "awq"], "default": None}},
+            "lossy": {"kv_cache_dtype": {"values": []},  # this team accepts fp8 KV
+                      "quantization": {"values": ["awq"]}},
+            "quality": {"command": {"argv": ["lm_eval", "--model_args", "base_url={base_url}"],
+                                    "min_score": 0.61}}}
+    space = parse_space(data)
+    defaults = space.defaults()
+    assert space.quality_gate({**defaults, "quantization": "fp8"}) is None
+    gate = space.quality_gate({**defaults, "quantization": "awq"})
+    assert gate is not None and gate.lossy == ("quantization=awq",)
+    assert gate.command is not None and gate.command.min_score == 0.61 and gate.golden is None
+    # a fixed argument is lossy too, when the space does not say otherwise
+    fixed_fp8 = parse_space({**MINIMAL, "fixed": {"max_model_len": 4096,
+                                                  "quantization": "fp8"}})
+    gate = fixed_fp8.quality_gate(fixed_fp8.defaults())
+    assert gate is not None and gate.baseline == {"quantization": None}
+
+
+def test_allowing_lossy_values_is_recorded_in_the_gate() -> None:
+    space = load_space("lab")
+    allowed = space.model_copy(update={"quality": space.quality.model_copy(
+        update={"allow_lossy": True})})
+    gate = allowed.quality_gate({**space.defaults(), "quantization": "fp8"})
+    assert gate is not None and gate.allow_lossy
+
+
+@pytest.mark.parametrize(("quality", "message"), [
+    ({"golden": {"max_tokens": 32}, "command": {"argv": ["x"], "min_score": 1}},
+     "not both"),
+    ({"golden": {"min_agreement": 1.5}}, "min_agreement"),
+    ({"golden": {"prompts": []}}, "prompts"),
+    ({"command": {"argv": [], "min_score": 1}}, "argv"),
+    ({"command": {"argv": ["x"]}}, "min_score"),
+    ({"golden": {"tokens": 3}}, "tokens"),
+])
+def test_a_bad_quality_section_names_the_field(tmp_path: Path, quality: dict[str, object],
+                                               message: str) -> None:
+    with pytest.raises(SpaceError, match=message):
+        load_space(write(tmp_path, {**MINIMAL, "quality": quality}))

@@ -151,10 +151,12 @@ def test_slotune_coordinator_runs_a_sweep_on_the_cluster(cluster: LocalRayCluste
                                                          tmp_path: Path) -> None:
     """``RAY_ADDRESS=<head> slotune coordinator``: trials for H100s run on the H100 node."""
     space = yaml.safe_load((SPACES / "lab.yaml").read_text())
-    space.update({"name": "lab-h100", "gpu": "h100-sxm",
-                  "sim": {"time_scale": 3}})
-    space["workload"].update({"num_prompts": 16, "warmup_requests": 1})
-    space["workload"]["arrivals"]["request_rate"] = 3
+    space.update({"name": "lab-h100", "gpu": "h100-sxm", "mode": "goodput",
+                  "sim": {"time_scale": 3}, "workload": {
+                      "name": "lab-light", "dataset": {"kind": "random", "input_len": 512,
+                                                       "output_len": 128},
+                      "arrivals": {"request_rate": 3}, "num_prompts": 16,
+                      "warmup_requests": 1}})
     space_file = tmp_path / "lab-h100.yaml"
     space_file.write_text(yaml.safe_dump(space))
     url = f"sqlite:///{tmp_path / 'slotune.db'}"

@@ -124,7 +124,7 @@ def assert_view_winner(store: Store, workload: str) -> None:
 
 def sweep_run(procs: Processes, url: str, workload: Path, *extra: str) -> subprocess.Popen[str]:
     return procs.start("sweep", "run", "--executor", "virtual", "--strategy", "tpe",
-                       "--seed", "11", "--workload", str(workload), "--database-url", url,
+                       "--mode", "goodput", "--seed", "11", "--workload", str(workload), "--database-url", url,
                        *extra)
 
 

@@ -96,7 +96,7 @@ def run(store: Store, url: str, request: SweepRequest,
 
 
 def lab(strategy: str = "tpe", **budget: Any) -> SweepRequest:
-    return SweepRequest(space="lab", strategy=strategy,
+    return SweepRequest(space="lab", mode="goodput", strategy=strategy,
                         budget=SweepBudget(**{"max_trials": 8, "confirm_top": 2,
                                               "confirm_repeats": 2, **budget}))
 
@@ -305,7 +305,7 @@ def test_a_sweep_waiting_for_gpus_other_sweeps_hold_waits_rather_than_ending(
     workload = tmp_path / "slow.yaml"  # trials of a second or so: the wait is seen
     workload.write_text("name: slow\ndataset: {kind: random, input_len: 512, output_len: 128}"
                         "\narrivals: {request_rate: 4}\nnum_prompts: 1500\n")
-    request = SweepRequest(space="lab", strategy="random", workload=str(workload),
+    request = SweepRequest(space="lab", mode="goodput", strategy="random", workload=str(workload),
                            budget=SweepBudget(max_trials=3, confirm_top=0))
     sweeps = [queue_sweep(store, request) for _ in range(3)]
     coordinator = Coordinator(store, VirtualExecutor(2), database_url=migrated_url)
@@ -361,7 +361,7 @@ def test_trials_no_node_can_hold_are_infeasible_at_once_and_the_sweep_ends(
 
 def test_a_guided_sweep_stores_every_card_with_all_nine_fields(
         store: Store, migrated_url: str) -> None:
-    sweep = queue_sweep(store, SweepRequest(space="lab", strategy="guided",
+    sweep = queue_sweep(store, SweepRequest(space="lab", mode="goodput", strategy="guided",
                                             budget=SweepBudget(max_trials=14, confirm_top=0)))
     Coordinator(store, VirtualExecutor(2), database_url=migrated_url).run_sweep(sweep.id)
     cards = [c for c in store.list_cards(sweep.id) if c.verdict is not None]
@@ -414,7 +414,7 @@ def test_a_sweep_whose_ttft_tail_comes_from_its_longest_prompts_names_the_bucket
     workload.write_text(f"name: mixed\ndataset: {{kind: trace, path: {trace.name}, "
                         "use_trace_arrivals: false}\narrivals: {request_rate: 2}\n"
                         "num_prompts: 300\n")
-    sweep = queue_sweep(store, SweepRequest(space="lab", strategy="random", workload=str(workload),
+    sweep = queue_sweep(store, SweepRequest(space="lab", mode="goodput", strategy="random", workload=str(workload),
                                             budget=SweepBudget(max_trials=2, confirm_top=0)))
     Coordinator(store, VirtualExecutor(2), database_url=migrated_url).run_sweep(sweep.id)
     trials = [t for t in store.list_trials(sweep.id).data if t.status == "ok"]

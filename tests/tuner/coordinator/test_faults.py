@@ -156,7 +156,7 @@ def _postgres(action: str) -> None:
 def test_postgres_restart_mid_sweep_loses_nothing(postgres_store: Store, postgres_url: str,
                                                   caplog: pytest.LogCaptureFixture) -> None:
     store, migrated_url = postgres_store, postgres_url
-    sweep = queue_sweep(store, SweepRequest(space="lab", strategy="random", budget=SweepBudget(
+    sweep = queue_sweep(store, SweepRequest(space="lab", mode="goodput", strategy="random", budget=SweepBudget(
         max_trials=40, confirm_top=0)))
     thread, box = _run_in_thread(
         Coordinator(store, VirtualExecutor(2), database_url=migrated_url), sweep.id)
@@ -252,7 +252,7 @@ def test_serving_coordinator_rides_out_a_postgres_stop_then_runs_what_is_queued(
 
 def _queue_when_up(store: Store) -> int | None:
     try:
-        request = SweepRequest(space="lab", strategy="random",
+        request = SweepRequest(space="lab", mode="goodput", strategy="random",
                                budget=SweepBudget(max_trials=3, confirm_top=0))
         return queue_sweep(store, request).id
     except StorageError:
@@ -262,12 +262,12 @@ def _queue_when_up(store: Store) -> int | None:
 def test_a_sweep_that_cannot_start_fails_alone_and_the_next_one_runs(
         store: Store, migrated_url: str) -> None:
     # A row queued before seeds were checked at the edge: its sampler refuses the seed.
-    bad = queue_sweep(store, SweepRequest(space="lab", budget=SweepBudget(max_trials=2)))
+    bad = queue_sweep(store, SweepRequest(space="lab", mode="goodput", budget=SweepBudget(max_trials=2)))
     with Store(migrated_url) as raw, raw._sessions.begin() as session:
         row = session.get(Sweep, bad.id)
         assert row is not None
         row.budget = {**row.budget, "seed": -1}
-    good = queue_sweep(store, SweepRequest(space="lab", strategy="random",
+    good = queue_sweep(store, SweepRequest(space="lab", mode="goodput", strategy="random",
                                            budget=SweepBudget(max_trials=2, confirm_top=0)))
     Coordinator(store, VirtualExecutor(2), database_url=migrated_url).serve(poll_s=0.2,
                                                                             once=True)
@@ -278,7 +278,7 @@ def test_a_sweep_that_cannot_start_fails_alone_and_the_next_one_runs(
 
 def test_a_stalled_owner_that_wakes_after_a_takeover_touches_nothing_of_its_successor(
         store: Store, migrated_url: str) -> None:
-    sweep = queue_sweep(store, SweepRequest(space="lab", strategy="random",
+    sweep = queue_sweep(store, SweepRequest(space="lab", mode="goodput", strategy="random",
                                             budget=SweepBudget(max_trials=4, confirm_top=0)))
     old = store.claim_sweep(sweep.id, "coordinator-old")
     assert old is not None
@@ -307,7 +307,7 @@ def test_a_stalled_owner_that_wakes_after_a_takeover_touches_nothing_of_its_succ
 
 def test_a_foreground_sweep_is_born_held_so_a_polling_coordinator_cannot_take_it(
         store: Store, migrated_url: str) -> None:
-    request = SweepRequest(space="lab", strategy="random",
+    request = SweepRequest(space="lab", mode="goodput", strategy="random",
                            budget=SweepBudget(max_trials=2, confirm_top=0))
     sweep = queue_sweep(store, request, claimed_by="coordinator-foreground")
     assert sweep.status == "running" and sweep.claimed_by == "coordinator-foreground"

@@ -19,10 +19,14 @@ from workers.engines import adapter_for
 SPACE = resolve_space("lab")
 FAST = {**SPACE.defaults(), "max_num_seqs": 128}
 SLOW = {**SPACE.defaults(), "max_num_seqs": 32, "max_num_batched_tokens": 512}
+AT_4_RPS = SPACE.resolve_workload().model_copy(update={
+    "name": "lab-4rps", "num_prompts": 160,
+    "arrivals": SPACE.resolve_workload().arrivals.model_copy(update={"request_rate": 4.0})})
+"""The lab traffic at 4 req/s in goodput mode: one short run a trial, configurations apart."""
 
 
 def spec(params: dict[str, Any], trial_id: str) -> TrialSpec:
-    return SPACE.to_trial_spec(params, trial_id)
+    return SPACE.to_trial_spec(params, trial_id, workload=AT_4_RPS, mode="goodput")
 
 
 class Scripted(TrialExecutor):

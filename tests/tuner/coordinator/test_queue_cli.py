@@ -23,7 +23,8 @@ def slotune(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_submit_then_the_coordinator_runs_it_and_the_cli_reads_it_back(
         store: Store, migrated_url: str, tmp_path: Path) -> None:
-    submitted = slotune("sweep", "submit", "--space", "lab", "--strategy", "random",
+    submitted = slotune("sweep", "submit", "--space", "lab", "--mode", "goodput",
+                        "--strategy", "random",
                         "--trials", "5", "--database-url", migrated_url)
     assert submitted.returncode == 0, submitted.stderr
     sweep_id = int(submitted.stdout.strip())
@@ -69,7 +70,7 @@ def test_one_error_exits_the_same_way_from_every_command(
                  ["sweep", "report", "999", "--output", str(tmp_path / "r")]):
         assert refused(*args) == (2, "slotune: error: no sweep 999"), args
     # The sweep's state forbids it: 1, from every command.
-    request = SweepRequest(space="lab", strategy="random", budget=SweepBudget(max_trials=1))
+    request = SweepRequest(space="lab", mode="goodput", strategy="random", budget=SweepBudget(max_trials=1))
     finished = queue_sweep(store, request, claimed_by="coordinator-x")
     store.update_sweep(finished.id, status="done", lease=finished.lease)
     for args in (["sweep", "cancel", str(finished.id)],

@@ -47,7 +47,7 @@ def test_sweep_run_with_ray_and_the_simulated_engine(postgres_url: str,
     workload = tmp_path / "lab-2rps.yaml"
     workload.write_text(LIGHT_LAB)
     result = slotune("sweep", "run", "--space", "lab", "--strategy", "tpe", "--trials", "2",
-                     "--workload", str(workload), "--confirm-top", "2", "--confirm-repeats", "2",
+                     "--mode", "goodput", "--workload", str(workload), "--confirm-top", "2", "--confirm-repeats", "2",
                      "--database-url", migrated_url, "--report-dir", str(tmp_path / "report"))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "vllm serve Qwen/Qwen2.5-7B-Instruct" in result.stdout
@@ -162,7 +162,7 @@ def test_best_shows_only_what_met_the_slo_and_prints_one_line_per_configuration(
     at_20.write_text(LIGHT_LAB.replace("lab-2rps", "lab-20rps")
                      .replace("request_rate: 2", "request_rate: 20"))
     common = ["--executor", "virtual", "--strategy", "random", "--trials", "3",
-              "--confirm-top", "0", "--database-url", migrated_url]
+              "--mode", "goodput", "--confirm-top", "0", "--database-url", migrated_url]
     missed = slotune("sweep", "run", "--workload", str(at_20), *common)
     assert missed.returncode == 3, missed.stderr
     assert "no configuration meets the SLO at 20 req/s (" in missed.stdout

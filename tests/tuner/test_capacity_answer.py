@@ -1,0 +1,154 @@
+"""The main job's answer, and capacity per GPU deciding it: sweeps as a user runs them
+(``slotune sweep run``, the virtual executor), read back from the terminal, the view
+and the report."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tuner.coordinator import WARM_STEP
+from workers.contracts import replica_gpus
+
+SLOTUNE = str(Path(sys.executable).with_name("slotune"))
+
+LLAMA_70B_TP: dict[str, Any] = {
+    "name": "llama70b-tp248", "engine": "sim", "model": "meta-llama/Llama-3.1-70B-Instruct",
+    "gpu": "h200", "fixed": {"max_model_len": 8192},
+    "knobs": {
+        "tensor_parallel_size": {"type": "values", "values": [2, 4, 8], "default": 2},
+        "max_num_seqs": {"type": "values", "values": [64, 256], "default": 256},
+        "quantization": {"type": "categorical", "choices": [None, "fp8"], "default": None},
+    },
+    "workload": {"name": "chat-70b", "dataset": {"kind": "sharegpt-like"},
+                 "arrivals": {"request_rate": 8}, "num_prompts": 200, "seed": 0},
+    "slo": "ttft:500,tpot:50", "mode": "capacity",
+    "capacity": {"min_rate": 0.5, "max_rate": 256, "relative_tolerance": 0.02,
+                 "max_probes": 14},
+}
+
+
+def _run(tmp_path: Path, *args: str) -> tuple[Path, str]:
+    db = tmp_path / "sweep.db"
+    run = subprocess.run([SLOTUNE, "sweep", "run", "--executor", "virtual",
+                          "--database-url", f"sqlite:///{db}", *args],
+                         capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return db, run.stdout
+
+
+def _sweep(tmp_path: Path, space: str | dict[str, Any], *args: str) -> Path:
+    if isinstance(space, dict):
+        path = tmp_path / "space.yaml"
+        path.write_text(yaml.safe_dump(space))
+        space = str(path)
+    return _run(tmp_path, "--space", space, "--gpus", "8", *args)[0]
+
+
+def _rows(db: Path, sql: str) -> list[dict[str, Any]]:
+    with sqlite3.connect(db) as conn:
+        conn.row_factory = sqlite3.Row
+        return [dict(r) for r in conn.execute(sql).fetchall()]
+
+
+def test_the_main_job_answers_capacity_replicas_and_cost_for_the_seeds_rate(
+        tmp_path: Path) -> None:
+    # `slotune sweep run` as the README's first command runs it, in virtual time.
+    db, out = _run(tmp_path, "--report-dir", str(tmp_path / "report"))
+    [row] = _rows(db, "SELECT * FROM best_config_per_workload")
+    assert row["workload"] == "lab" and row["gpu"] == "rtx4090"
+    assert row["capacity"] > 0 and row["gpus"] == 1 and row["capacity_per_gpu"] == row["capacity"]
+    [answer] = [line for line in out.splitlines() if line.startswith("answer: ")]
+    capacity = float(re.search(r"carries ([\d.]+) req/s", answer)[1])  # type: ignore[index]
+    replicas = int(re.search(r"20 req/s needs (\d+) replicas", answer)[1])  # type: ignore[index]
+    # The planner's rate is the lowest the winner's measurements reached (its repeats too).
+    assert 0 < capacity <= row["capacity"] * 1.001
+    assert replicas == math.ceil(20 / (capacity * 0.8) - 1e-9)
+    assert f"({replicas} GPUs, ${replicas * 0.5:.2f}/h, 20% headroom)" in answer
+    assert answer.startswith("answer: Qwen/Qwen2.5-7B-Instruct on one RTX 4090 carries ")
+    assert "under p99 TTFT ≤ 300 ms / TPOT ≤ 50 ms with " in answer
+    # The report leads with the same sentence, then says what the gate checked.
+    html = next((tmp_path / "report").glob("*.html")).read_text()
+    assert html.index(answer.removeprefix("answer: ")) < html.index("<h2")
+    assert "Quality checks" in html
+    # A lossy winner (the lab's fp8 weights or KV) got there only through its check.
+    [winner] = _rows(db, f"SELECT config, result FROM sweep_trials WHERE id = {row['trial_id']}")
+    config = json.loads(winner["config"])
+    quality = json.loads(winner["result"]).get("quality")
+    if config["quantization"] == "fp8" or config["kv_cache_dtype"] == "fp8":
+        assert quality["passed"] is True and quality["checked"] is True
+        assert "golden-request check" in answer
+    lossy = _rows(db, "SELECT result FROM sweep_trials WHERE status = 'ok' AND "
+                      "json_extract(result, '$.quality') IS NOT NULL")
+    assert lossy, "the lab space's search measured no lossy configuration"
+    # The first trial searches from the workload's 20 req/s; later ones from the best
+    # rate so far (scaled to their GPUs), in smaller steps.
+    specs = [json.loads(r["spec"]) for r in _rows(
+        db, "SELECT spec FROM sweep_trials WHERE spec IS NOT NULL ORDER BY id")]
+    assert specs[0]["capacity"]["start_rate"] is None
+    assert all(s["capacity"]["start_rate"] and s["capacity"]["step"] == WARM_STEP
+               for s in specs[1:])
+
+
+def test_a_70b_tp_248_grid_picks_the_best_capacity_per_gpu(tmp_path: Path) -> None:
+    db = _sweep(tmp_path, LLAMA_70B_TP, "--strategy", "grid", "--trials", "12",
+                "--confirm-top", "2", "--confirm-repeats", "2")
+    trials = _rows(db, "SELECT id, config, capacity, gpus, objective, result FROM sweep_trials "
+                       "WHERE status = 'ok' AND capacity > 0")
+    assert {json.loads(t["config"])["tensor_parallel_size"] for t in trials} == {2, 4, 8}
+    for t in trials:  # the objective is per GPU; the per-replica capacity is kept
+        gpus = replica_gpus(json.loads(t["config"]))
+        assert t["gpus"] == gpus
+        assert t["objective"] == pytest.approx(t["capacity"] / gpus)
+    best_per_gpu = max(t["capacity"] / t["gpus"] for t in trials)
+    most_per_replica = max(trials, key=lambda t: t["capacity"])
+    [row] = _rows(db, "SELECT * FROM best_config_per_workload")
+    assert row["capacity_per_gpu"] >= 0.98 * best_per_gpu
+    assert row["capacity_per_gpu"] == pytest.approx(row["capacity"] / row["gpus"])
+    assert row["gpus"] == json.loads(row["config"])["tensor_parallel_size"]
+    # More GPUs carry more per replica here, and still do not win per GPU.
+    assert json.loads(most_per_replica["config"])["tensor_parallel_size"] == 8
+    assert row["gpus"] < 8
+    winner = next(t for t in trials if t["id"] == row["trial_id"])
+    quality = json.loads(winner["result"]).get("quality")
+    if json.loads(row["config"]).get("quantization") == "fp8":
+        assert quality["passed"] is True and quality["method"] == "golden"
+    else:
+        assert quality is None  # lossless: nothing to check
+
+
+def test_the_shipped_h200_tp_space_ranks_per_gpu(tmp_path: Path) -> None:
+    db = _sweep(tmp_path, "h200-tp", "--strategy", "tpe", "--trials", "10", "--seed", "3",
+                "--confirm-top", "0")
+    trials = _rows(db, "SELECT capacity, gpus FROM sweep_trials "
+                       "WHERE status = 'ok' AND capacity > 0")
+    assert {t["gpus"] for t in trials} >= {2}
+    [row] = _rows(db, "SELECT * FROM best_config_per_workload")
+    assert row["capacity_per_gpu"] == pytest.approx(max(t["capacity"] / t["gpus"]
+                                                        for t in trials))
+
+
+def test_allowed_lossy_values_are_measured_unchecked_and_the_report_warns(
+        tmp_path: Path) -> None:
+    # The lab grid's last knob is quantization: every second configuration is fp8.
+    db, _ = _run(tmp_path, "--strategy", "grid", "--trials", "2", "--confirm-top", "0",
+                 "--allow-lossy", "--report-dir", str(tmp_path / "report"))
+    [lossy] = [json.loads(r["result"]) for r in _rows(
+        db, "SELECT result FROM sweep_trials WHERE json_extract(config, '$.quantization') "
+            "= 'fp8'")]
+    assert lossy["quality"]["checked"] is False and lossy["quality"]["passed"] is None
+    assert lossy["objective"] > 0  # scored, unchecked
+    [space] = [json.loads(r["space"]) for r in _rows(db, "SELECT space FROM sweeps")]
+    assert space["quality"]["allow_lossy"] is True  # a resumed sweep runs the same
+    markdown = next((tmp_path / "report").glob("*.md")).read_text()
+    assert "Lossy values were allowed without their quality check (--allow-lossy)" in markdown
+    assert "not checked" in markdown
