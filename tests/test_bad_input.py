@@ -47,6 +47,8 @@ from workers.safe_yaml import MAX_YAML_BYTES
 SLOTUNE = str(Path(sys.executable).with_name("slotune"))
 REPO = Path(__file__).resolve().parents[1]
 LAB = yaml.safe_load((REPO / "search_spaces" / "lab.yaml").read_text())
+LAB["workload"] = yaml.safe_load(  # inline, so a test can break one field of it
+    (REPO / "workers" / "loadgen" / "workloads" / f"{LAB['workload']}.yaml").read_text())
 TOKEN = "bad-input-test-token-5d1e"
 
 ALIAS_BOMB = """\

@@ -65,6 +65,7 @@ def populate_finished_sweep(store: Store) -> SweepData:
 
     def run(params: dict[str, KnobValue], seed: int) -> TrialResult:
         spec = space.to_trial_spec(params, f"sweep{sweep.id}-{number}", workload=workload,
+                                   mode="goodput",
                                    sim=SimOptions(noise=0.02, seed=seed, time_scale=2))
         return run_virtual_trial(spec, per_request=False)
 

@@ -5,8 +5,6 @@ and the report."""
 from __future__ import annotations
 
 import json
-import math
-import re
 import sqlite3
 import subprocess
 import sys
@@ -68,12 +66,19 @@ def test_the_main_job_answers_capacity_replicas_and_cost_for_the_seeds_rate(
     assert row["workload"] == "lab" and row["gpu"] == "rtx4090"
     assert row["capacity"] > 0 and row["gpus"] == 1 and row["capacity_per_gpu"] == row["capacity"]
     [answer] = [line for line in out.splitlines() if line.startswith("answer: ")]
-    capacity = float(re.search(r"carries ([\d.]+) req/s", answer)[1])  # type: ignore[index]
-    replicas = int(re.search(r"20 req/s needs (\d+) replicas", answer)[1])  # type: ignore[index]
-    # The planner's rate is the lowest the winner's measurements reached (its repeats too).
-    assert 0 < capacity <= row["capacity"] * 1.001
-    assert replicas == math.ceil(20 / (capacity * 0.8) - 1e-9)
-    assert f"({replicas} GPUs, ${replicas * 0.5:.2f}/h, 20% headroom)" in answer
+    # The sentence is the planner's answer for the workload's own rate: ask it directly.
+    plan = json.loads(subprocess.run(
+        [SLOTUNE, "plan", "-w", "lab", "--target-rps", "20", "--json", "--database-url",
+         f"sqlite:///{db}"], capture_output=True, text=True, timeout=60, check=True).stdout)
+    assert f"carries {plan['per_replica_rps']:.3g} req/s" in answer
+    # (the planner's rate is the lowest the configuration's measurements reached)
+    assert 0 < plan["per_replica_rps"] <= max(r["capacity"] for r in _rows(
+        db, "SELECT capacity FROM sweep_trials WHERE capacity IS NOT NULL"))
+    assert plan["replicas"] * plan["per_replica_rps"] * 0.8 >= 20 > (
+        plan["replicas"] - 1) * plan["per_replica_rps"] * 0.8
+    assert (f"20 req/s needs {plan['replicas']} replicas ({plan['gpus']} GPUs, "
+            f"${plan['cost_per_hour']:.2f}/h, 20% headroom)") in answer
+    assert plan["cost_per_hour"] == pytest.approx(plan["gpus"] * 0.5)  # rtx4090 at $0.50
     assert answer.startswith("answer: Qwen/Qwen2.5-7B-Instruct on one RTX 4090 carries ")
     assert "under p99 TTFT ≤ 300 ms / TPOT ≤ 50 ms with " in answer
     # The report leads with the same sentence, then says what the gate checked.

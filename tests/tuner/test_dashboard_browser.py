@@ -65,7 +65,8 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, SweepDa
     with Store(url) as store:
         data = populate_finished_sweep(store)
         # and one that waits for GPUs other sweeps of its coordinator hold
-        waiting = queue_sweep(store, SweepRequest(space="lab", mode="goodput", budget=SweepBudget(max_trials=2)),
+        waiting = queue_sweep(store, SweepRequest(space="lab", mode="goodput",
+                                                  budget=SweepBudget(max_trials=2)),
                               claimed_by="coordinator-w")
         _measure(store, "lab-20rps", [(0.0, 1.4, "slotune-sim"), (0.0, 1.2, "slotune-sim")])
         _measure(store, "chat-upgraded", [(5.0, 0.6, "0.30.0"), (3.0, 0.9, "0.33.0")])
@@ -111,8 +112,9 @@ def _measure(store: Store, workload: str, runs: list[tuple[float, float, str]]) 
     spec = {"name": workload, "dataset": {"kind": "random", "input_len": 512,
                                           "output_len": 128},
             "arrivals": {"request_rate": 20}, "num_prompts": 100}
-    sweep = queue_sweep(store, SweepRequest(space="lab", mode="goodput", workload=spec, budget=SweepBudget(
-        max_trials=len(runs))), claimed_by="coordinator-m")
+    sweep = queue_sweep(store, SweepRequest(
+        space="lab", mode="goodput", workload=spec,
+        budget=SweepBudget(max_trials=len(runs))), claimed_by="coordinator-m")
     for number, (objective, headroom, version) in enumerate(runs):
         trial = store.start_trial(sweep.id, number=number, params={"max_num_seqs": 64 << number},
                                   lease=sweep.lease)

@@ -15,8 +15,16 @@ READ_TOKEN = "read-token-for-tests-91c2"
 WRITE = {"Authorization": f"Bearer {TOKEN}"}
 
 
+LAB_4RPS: dict[str, Any] = {
+    "name": "lab-4rps", "dataset": {"kind": "random", "input_len": 512, "output_len": 128},
+    "arrivals": {"request_rate": 4}, "num_prompts": 160, "warmup_requests": 10}
+"""The lab traffic at 4 req/s: the workload these tests' measurements are of."""
+
+
 async def queue(client: httpx.AsyncClient, **body: Any) -> dict[str, Any]:
-    """Queue a sweep through the API (default: the shipped ``lab`` space)."""
+    """Queue a sweep through the API (default: the shipped ``lab`` space, in goodput mode
+    at 4 req/s)."""
+    body = {"mode": "goodput", "workload": LAB_4RPS, **body}
     response = await client.post("/api/v1/sweeps", json=body, headers=WRITE)
     assert response.status_code == 201, response.text
     sweep: dict[str, Any] = response.json()

@@ -124,8 +124,8 @@ def assert_view_winner(store: Store, workload: str) -> None:
 
 def sweep_run(procs: Processes, url: str, workload: Path, *extra: str) -> subprocess.Popen[str]:
     return procs.start("sweep", "run", "--executor", "virtual", "--strategy", "tpe",
-                       "--mode", "goodput", "--seed", "11", "--workload", str(workload), "--database-url", url,
-                       *extra)
+                       "--mode", "goodput", "--seed", "11", "--workload", str(workload),
+                       "--database-url", url, *extra)
 
 
 def the_sweep(store: Store) -> int | None:

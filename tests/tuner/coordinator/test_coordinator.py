@@ -414,7 +414,8 @@ def test_a_sweep_whose_ttft_tail_comes_from_its_longest_prompts_names_the_bucket
     workload.write_text(f"name: mixed\ndataset: {{kind: trace, path: {trace.name}, "
                         "use_trace_arrivals: false}\narrivals: {request_rate: 2}\n"
                         "num_prompts: 300\n")
-    sweep = queue_sweep(store, SweepRequest(space="lab", mode="goodput", strategy="random", workload=str(workload),
+    sweep = queue_sweep(store, SweepRequest(space="lab", mode="goodput", strategy="random",
+                                            workload=str(workload),
                                             budget=SweepBudget(max_trials=2, confirm_top=0)))
     Coordinator(store, VirtualExecutor(2), database_url=migrated_url).run_sweep(sweep.id)
     trials = [t for t in store.list_trials(sweep.id).data if t.status == "ok"]

@@ -156,8 +156,9 @@ def _postgres(action: str) -> None:
 def test_postgres_restart_mid_sweep_loses_nothing(postgres_store: Store, postgres_url: str,
                                                   caplog: pytest.LogCaptureFixture) -> None:
     store, migrated_url = postgres_store, postgres_url
-    sweep = queue_sweep(store, SweepRequest(space="lab", mode="goodput", strategy="random", budget=SweepBudget(
-        max_trials=40, confirm_top=0)))
+    sweep = queue_sweep(store, SweepRequest(
+        space="lab", mode="goodput", strategy="random",
+        budget=SweepBudget(max_trials=40, confirm_top=0)))
     thread, box = _run_in_thread(
         Coordinator(store, VirtualExecutor(2), database_url=migrated_url), sweep.id)
     wait_for(lambda: len(store.list_trials(sweep.id, status="ok").data) >= 4, 60,
@@ -262,7 +263,8 @@ def _queue_when_up(store: Store) -> int | None:
 def test_a_sweep_that_cannot_start_fails_alone_and_the_next_one_runs(
         store: Store, migrated_url: str) -> None:
     # A row queued before seeds were checked at the edge: its sampler refuses the seed.
-    bad = queue_sweep(store, SweepRequest(space="lab", mode="goodput", budget=SweepBudget(max_trials=2)))
+    bad = queue_sweep(store, SweepRequest(space="lab", mode="goodput",
+                                          budget=SweepBudget(max_trials=2)))
     with Store(migrated_url) as raw, raw._sessions.begin() as session:
         row = session.get(Sweep, bad.id)
         assert row is not None

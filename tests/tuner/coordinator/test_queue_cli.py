@@ -23,8 +23,7 @@ def slotune(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_submit_then_the_coordinator_runs_it_and_the_cli_reads_it_back(
         store: Store, migrated_url: str, tmp_path: Path) -> None:
-    submitted = slotune("sweep", "submit", "--space", "lab", "--mode", "goodput",
-                        "--strategy", "random",
+    submitted = slotune("sweep", "submit", "--space", "lab", "--strategy", "random",
                         "--trials", "5", "--database-url", migrated_url)
     assert submitted.returncode == 0, submitted.stderr
     sweep_id = int(submitted.stdout.strip())
@@ -41,6 +40,7 @@ def test_submit_then_the_coordinator_runs_it_and_the_cli_reads_it_back(
     assert report.returncode == 0, report.stderr
     html = Path(report.stdout.strip())
     assert html.exists() and "vllm serve" in html.read_text()
+    assert "carries " in html.read_text() and "20 req/s needs " in html.read_text()
     best = slotune("best", "--database-url", migrated_url)
     assert best.returncode == 0 and final.workload in best.stdout
     assert "vllm serve Qwen/Qwen2.5-7B-Instruct" in best.stdout
@@ -70,7 +70,8 @@ def test_one_error_exits_the_same_way_from_every_command(
                  ["sweep", "report", "999", "--output", str(tmp_path / "r")]):
         assert refused(*args) == (2, "slotune: error: no sweep 999"), args
     # The sweep's state forbids it: 1, from every command.
-    request = SweepRequest(space="lab", mode="goodput", strategy="random", budget=SweepBudget(max_trials=1))
+    request = SweepRequest(space="lab", mode="goodput", strategy="random",
+                           budget=SweepBudget(max_trials=1))
     finished = queue_sweep(store, request, claimed_by="coordinator-x")
     store.update_sweep(finished.id, status="done", lease=finished.lease)
     for args in (["sweep", "cancel", str(finished.id)],

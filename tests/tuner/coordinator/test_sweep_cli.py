@@ -47,7 +47,8 @@ def test_sweep_run_with_ray_and_the_simulated_engine(postgres_url: str,
     workload = tmp_path / "lab-2rps.yaml"
     workload.write_text(LIGHT_LAB)
     result = slotune("sweep", "run", "--space", "lab", "--strategy", "tpe", "--trials", "2",
-                     "--mode", "goodput", "--workload", str(workload), "--confirm-top", "2", "--confirm-repeats", "2",
+                     "--mode", "goodput", "--workload", str(workload), "--confirm-top", "2",
+                     "--confirm-repeats", "2",
                      "--database-url", migrated_url, "--report-dir", str(tmp_path / "report"))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "vllm serve Qwen/Qwen2.5-7B-Instruct" in result.stdout
