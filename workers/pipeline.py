@@ -206,8 +206,10 @@ async def run_pipeline(spec: TrialSpec, backend: Backend, *, detailed: bool = Tr
         if verdict is not None and verdict.passed is False:
             return _quality_failed(spec, verdict, timings, backend.facts)
         result = await _measure(spec, backend, timings, detailed)
-        if verdict is None or result.status != "ok":
+        if verdict is None:
             return result
+        if result.status != "ok":  # it passed, then failed under load: both are facts
+            return result.model_copy(update={"quality": verdict})
         return result.model_copy(update={"quality": verdict, "constraints": {
             **result.constraints, QUALITY: verdict_constraint(verdict)}})
     except EngineFailure as exc:

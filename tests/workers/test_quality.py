@@ -188,3 +188,15 @@ def test_a_baseline_that_cannot_boot_fails_the_check_with_the_reason() -> None:
     assert not result.quality.checked
     assert "baseline" in (result.quality.detail or "")
     assert result.constraints["quality"] == 1.0
+
+
+def test_a_configuration_that_passed_its_check_then_failed_under_load_keeps_its_verdict(
+        ) -> None:
+    gate = QualityGate(lossy=("quantization=fp8",), baseline={"quantization": None},
+                       golden=GoldenCheck())
+    spec = _spec({"quantization": "fp8"}, quality=gate, prompts=20)
+    spec = spec.model_copy(update={"workload": spec.workload.model_copy(update={
+        "dataset": spec.workload.dataset.model_copy(update={"input_len": 5000})})})
+    result = run_virtual_trial(spec)  # every prompt past max_model_len: refused requests
+    assert (result.status, result.failure) == ("failed", "benchmark_errors")
+    assert result.quality is not None and result.quality.passed is True
