@@ -19,12 +19,17 @@ from tuner.strategies import infeasible_result, params_key, rank
 from workers.contracts import KnobValue, SimOptions, TrialResult
 from workers.sim_trial import run_virtual_trial
 
-__all__ = ["RATE", "WORKLOAD", "SweepData", "populate_finished_sweep"]
+__all__ = ["LAB_4RPS", "RATE", "WORKLOAD", "SweepData", "populate_finished_sweep"]
 
 RATE = 4.3
 WORKLOAD = "lab-4.3rps"
 SEQS = (32, 64, 128, 256)
 TOKENS = (512, 1024, 2048, 4096)
+LAB_4RPS: dict[str, object] = {
+    "name": "lab-4rps", "dataset": {"kind": "random", "input_len": 512, "output_len": 128},
+    "arrivals": {"request_rate": 4}, "num_prompts": 160, "warmup_requests": 10}
+"""The lab traffic at 4 req/s, where its configurations differ in goodput: the workload
+of tests that run the lab space in goodput mode (its own is the seed's 20 req/s)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
-from tests.tuner.sweep_data import WORKLOAD, SweepData, populate_finished_sweep
+from tests.tuner.sweep_data import LAB_4RPS, WORKLOAD, SweepData, populate_finished_sweep
 from tuner.db import migrate
 from tuner.store import Store
 from tuner.sweeps import SweepBudget, SweepRequest, queue_sweep
@@ -66,6 +66,7 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, SweepDa
         data = populate_finished_sweep(store)
         # and one that waits for GPUs other sweeps of its coordinator hold
         waiting = queue_sweep(store, SweepRequest(space="lab", mode="goodput",
+                                                  workload=LAB_4RPS,
                                                   budget=SweepBudget(max_trials=2)),
                               claimed_by="coordinator-w")
         _measure(store, "lab-20rps", [(0.0, 1.4, "slotune-sim"), (0.0, 1.2, "slotune-sim")])

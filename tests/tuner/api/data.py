@@ -7,18 +7,13 @@ from typing import Any
 
 import httpx
 
+from tests.tuner.sweep_data import LAB_4RPS
 from tuner.store import Store
 from workers.contracts import CapacityProbe, PhaseTimings, TrialResult
 
 TOKEN = "write-token-for-tests-7f3a"
 READ_TOKEN = "read-token-for-tests-91c2"
 WRITE = {"Authorization": f"Bearer {TOKEN}"}
-
-
-LAB_4RPS: dict[str, Any] = {
-    "name": "lab-4rps", "dataset": {"kind": "random", "input_len": 512, "output_len": 128},
-    "arrivals": {"request_rate": 4}, "num_prompts": 160, "warmup_requests": 10}
-"""The lab traffic at 4 req/s: the workload these tests' measurements are of."""
 
 
 async def queue(client: httpx.AsyncClient, **body: Any) -> dict[str, Any]:

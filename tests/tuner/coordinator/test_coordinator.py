@@ -18,6 +18,7 @@ from typing import Any
 import optuna
 import pytest
 
+from tests.tuner.sweep_data import LAB_4RPS
 from tuner.coordinator import Coordinator, SweepRunner
 from tuner.executors import TrialExecutor, VirtualExecutor
 from tuner.launcher import GpuShare
@@ -96,7 +97,7 @@ def run(store: Store, url: str, request: SweepRequest,
 
 
 def lab(strategy: str = "tpe", **budget: Any) -> SweepRequest:
-    return SweepRequest(space="lab", mode="goodput", strategy=strategy,
+    return SweepRequest(space="lab", mode="goodput", workload=LAB_4RPS, strategy=strategy,
                         budget=SweepBudget(**{"max_trials": 8, "confirm_top": 2,
                                               "confirm_repeats": 2, **budget}))
 
@@ -361,7 +362,8 @@ def test_trials_no_node_can_hold_are_infeasible_at_once_and_the_sweep_ends(
 
 def test_a_guided_sweep_stores_every_card_with_all_nine_fields(
         store: Store, migrated_url: str) -> None:
-    sweep = queue_sweep(store, SweepRequest(space="lab", mode="goodput", strategy="guided",
+    sweep = queue_sweep(store, SweepRequest(space="lab", mode="goodput", workload=LAB_4RPS,
+                                            strategy="guided",
                                             budget=SweepBudget(max_trials=14, confirm_top=0)))
     Coordinator(store, VirtualExecutor(2), database_url=migrated_url).run_sweep(sweep.id)
     cards = [c for c in store.list_cards(sweep.id) if c.verdict is not None]

@@ -28,6 +28,7 @@ import pytest
 from tests.polling import wait_for
 from tests.procscan import engine_pids
 from tests.tuner.coordinator.test_coordinator import TP_SPACE
+from tests.tuner.sweep_data import LAB_4RPS
 from tuner.coordinator import Coordinator, SweepRunner
 from tuner.db.errors import StorageError
 from tuner.db.models import Sweep
@@ -52,6 +53,9 @@ SMALL_SPACE: dict[str, Any] = {
                  "arrivals": {"request_rate": 4}, "num_prompts": 100, "warmup_requests": 2},
     "slo": "ttft:300,tpot:50",
     "sim": {"time_scale": 2},
+    # The faults here are the measured engine's: no quality check (and its baseline
+    # engine) in front of it.
+    "lossy": {"quantization": {"values": []}},
 }
 
 
@@ -157,7 +161,7 @@ def test_postgres_restart_mid_sweep_loses_nothing(postgres_store: Store, postgre
                                                   caplog: pytest.LogCaptureFixture) -> None:
     store, migrated_url = postgres_store, postgres_url
     sweep = queue_sweep(store, SweepRequest(
-        space="lab", mode="goodput", strategy="random",
+        space="lab", mode="goodput", workload=LAB_4RPS, strategy="random",
         budget=SweepBudget(max_trials=40, confirm_top=0)))
     thread, box = _run_in_thread(
         Coordinator(store, VirtualExecutor(2), database_url=migrated_url), sweep.id)
@@ -253,8 +257,8 @@ def test_serving_coordinator_rides_out_a_postgres_stop_then_runs_what_is_queued(
 
 def _queue_when_up(store: Store) -> int | None:
     try:
-        request = SweepRequest(space="lab", mode="goodput", strategy="random",
-                               budget=SweepBudget(max_trials=3, confirm_top=0))
+        request = SweepRequest(space="lab", mode="goodput", workload=LAB_4RPS,
+                               strategy="random", budget=SweepBudget(max_trials=3, confirm_top=0))
         return queue_sweep(store, request).id
     except StorageError:
         return None
@@ -263,13 +267,14 @@ def _queue_when_up(store: Store) -> int | None:
 def test_a_sweep_that_cannot_start_fails_alone_and_the_next_one_runs(
         store: Store, migrated_url: str) -> None:
     # A row queued before seeds were checked at the edge: its sampler refuses the seed.
-    bad = queue_sweep(store, SweepRequest(space="lab", mode="goodput",
+    bad = queue_sweep(store, SweepRequest(space="lab", mode="goodput", workload=LAB_4RPS,
                                           budget=SweepBudget(max_trials=2)))
     with Store(migrated_url) as raw, raw._sessions.begin() as session:
         row = session.get(Sweep, bad.id)
         assert row is not None
         row.budget = {**row.budget, "seed": -1}
-    good = queue_sweep(store, SweepRequest(space="lab", mode="goodput", strategy="random",
+    good = queue_sweep(store, SweepRequest(space="lab", mode="goodput", workload=LAB_4RPS,
+                                           strategy="random",
                                            budget=SweepBudget(max_trials=2, confirm_top=0)))
     Coordinator(store, VirtualExecutor(2), database_url=migrated_url).serve(poll_s=0.2,
                                                                             once=True)
@@ -280,7 +285,8 @@ def test_a_sweep_that_cannot_start_fails_alone_and_the_next_one_runs(
 
 def test_a_stalled_owner_that_wakes_after_a_takeover_touches_nothing_of_its_successor(
         store: Store, migrated_url: str) -> None:
-    sweep = queue_sweep(store, SweepRequest(space="lab", mode="goodput", strategy="random",
+    sweep = queue_sweep(store, SweepRequest(space="lab", mode="goodput", workload=LAB_4RPS,
+                                            strategy="random",
                                             budget=SweepBudget(max_trials=4, confirm_top=0)))
     old = store.claim_sweep(sweep.id, "coordinator-old")
     assert old is not None
@@ -309,7 +315,7 @@ def test_a_stalled_owner_that_wakes_after_a_takeover_touches_nothing_of_its_succ
 
 def test_a_foreground_sweep_is_born_held_so_a_polling_coordinator_cannot_take_it(
         store: Store, migrated_url: str) -> None:
-    request = SweepRequest(space="lab", mode="goodput", strategy="random",
+    request = SweepRequest(space="lab", mode="goodput", workload=LAB_4RPS, strategy="random",
                            budget=SweepBudget(max_trials=2, confirm_top=0))
     sweep = queue_sweep(store, request, claimed_by="coordinator-foreground")
     assert sweep.status == "running" and sweep.claimed_by == "coordinator-foreground"

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.tuner.sweep_data import LAB_4RPS
 from tuner.store import Store
 from tuner.sweeps import SweepBudget, SweepRequest, queue_sweep
 
@@ -70,7 +71,7 @@ def test_one_error_exits_the_same_way_from_every_command(
                  ["sweep", "report", "999", "--output", str(tmp_path / "r")]):
         assert refused(*args) == (2, "slotune: error: no sweep 999"), args
     # The sweep's state forbids it: 1, from every command.
-    request = SweepRequest(space="lab", mode="goodput", strategy="random",
+    request = SweepRequest(space="lab", mode="goodput", workload=LAB_4RPS, strategy="random",
                            budget=SweepBudget(max_trials=1))
     finished = queue_sweep(store, request, claimed_by="coordinator-x")
     store.update_sweep(finished.id, status="done", lease=finished.lease)
