@@ -6,8 +6,10 @@ engine's process group is gone when it returns, and the answer is a
 :class:`~workers.contracts.TrialResult`: failures are results with a class, not
 exceptions. :class:`LiveBackend` is the pipeline's live backend: it boots the engine
 adapter, measures with the load generator under a watchdog (an engine that exits
-mid-run fails the trial with the class its log shows), and asks the engine to drop its
-prefix cache between capacity probes (a courtesy: vLLM serves that only in dev mode).
+mid-run fails the trial with the class its log shows), asks the engine to drop its
+prefix cache between capacity probes (a courtesy: vLLM serves that only in dev mode),
+and, for a lossy configuration's quality check, boots and stops its lossless baseline
+before the engine itself boots (they never share a GPU).
 """
 
 from __future__ import annotations
