@@ -17,7 +17,7 @@ from tuner.db.records import SweepRecord
 from tuner.planner import DEFAULT_HEADROOM, CapacityPlan, PlanError, plan_capacity
 from tuner.settings import get_settings
 from tuner.store import Store
-from workers.contracts import SLO
+from workers.contracts import SLO, QualityVerdict
 from workers.sim.catalog import UnknownCatalogEntry, get_gpu
 
 __all__ = ["SweepAnswer", "sweep_answer"]
@@ -74,13 +74,14 @@ def _replica(plan: CapacityPlan) -> str:
     return f"{plan.gpus_per_replica} × {name} per replica"
 
 
-def _quality(verdict: object) -> str | None:
-    if not isinstance(verdict, dict) or not verdict.get("lossy"):
-        return None
-    lossy = ", ".join(verdict["lossy"])
-    if not verdict.get("checked"):
+def _quality(stored: object) -> str | None:
+    if not isinstance(stored, dict):
+        return None  # lossless: nothing was checked
+    verdict = QualityVerdict.model_validate(stored)
+    lossy = ", ".join(verdict.lossy)
+    if not verdict.checked:
         return f"{lossy} not quality-checked: lossy values allowed"
-    if verdict.get("agreement") is not None:
-        return (f"{lossy} passed the golden-request check: {verdict['agreement']:.0%} "
+    if verdict.agreement is not None:
+        return (f"{lossy} passed the golden-request check: {verdict.agreement:.0%} "
                 "token agreement with the lossless baseline")
-    return f"{lossy} passed the quality command: score {verdict.get('score')}"
+    return f"{lossy} passed the quality command: score {verdict.score:g}"

@@ -77,8 +77,7 @@ def build_spec(space: SearchSpace, sets: list[str], *, workload: str | None, slo
                ) -> tuple[TrialSpec, str | None]:
     knobs, fixed = parse_sets(sets, space)
     if allow_lossy:
-        space = space.model_copy(update={
-            "quality": space.quality.model_copy(update={"allow_lossy": True})})
+        space = space.allowing_lossy()
     params = {**space.defaults(), **knobs}
     try:
         chosen = load_workload(workload)[0] if workload else space.resolve_workload()

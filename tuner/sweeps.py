@@ -132,8 +132,7 @@ def resolve(request: SweepRequest) -> tuple[SearchSpace, Workload, SLO]:
         space = space.model_copy(update={"workload": workload, "slo": slo,
                                          "mode": request.mode or space.mode})
     if request.allow_lossy:
-        space = space.model_copy(update={
-            "quality": space.quality.model_copy(update={"allow_lossy": True})})
+        space = space.allowing_lossy()
     return space, workload, slo
 
 

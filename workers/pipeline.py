@@ -260,21 +260,24 @@ class _QualityCheck:
             return QualityVerdict(checked=False, method=method, lossy=gate.lossy,
                                   detail="not checked: lossy values allowed (--allow-lossy)")
         started = time.perf_counter()
+
+        def seconds() -> float:  # the baseline's share, measured before boot, included
+            return self.seconds + time.perf_counter() - started
+
         try:
             if self.unavailable is not None:
                 raise QualityUnavailable(self.unavailable)
             if gate.golden is not None:
                 assert self.reference is not None
                 answers = await backend.golden(gate.golden)
-                return golden_verdict(gate, self.reference, answers,
-                                      self.seconds + time.perf_counter() - started)
+                return golden_verdict(gate, self.reference, answers, seconds())
             assert gate.command is not None
             score = await run_command(gate.command, backend.base_url, spec.served_model)
-            return command_verdict(gate, score, self.seconds + time.perf_counter() - started)
+            return command_verdict(gate, score, seconds())
         except QualityUnavailable as exc:
             return QualityVerdict(
                 checked=False, method=method, lossy=gate.lossy, passed=False,
-                seconds=self.seconds + time.perf_counter() - started,
+                seconds=seconds(),
                 detail=f"{exc}; a lossy configuration scores only after its check passes "
                        "(fix the check, or allow lossy values with --allow-lossy)")
 

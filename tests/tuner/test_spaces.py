@@ -227,9 +227,7 @@ def test_a_space_marks_its_own_lossy_values_and_chooses_the_check(tmp_path: Path
 
 def test_allowing_lossy_values_is_recorded_in_the_gate() -> None:
     space = load_space("lab")
-    allowed = space.model_copy(update={"quality": space.quality.model_copy(
-        update={"allow_lossy": True})})
-    gate = allowed.quality_gate({**space.defaults(), "quantization": "fp8"})
+    gate = space.allowing_lossy().quality_gate({**space.defaults(), "quantization": "fp8"})
     assert gate is not None and gate.allow_lossy
 
 

@@ -455,6 +455,11 @@ class SearchSpace(_Strict):
         """What the engine would run with: vLLM defaults < fixed args < sampled knobs."""
         return {**_ENGINE_DEFAULTS, **self.fixed, **params}
 
+    def allowing_lossy(self) -> SearchSpace:
+        """This space with its lossy values let through unchecked (``--allow-lossy``)."""
+        return self.model_copy(update={
+            "quality": self.quality.model_copy(update={"allow_lossy": True})})
+
     def quality_gate(self, params: Mapping[str, KnobValue]) -> QualityGate | None:
         """The check a configuration must pass before it scores (None: it is lossless)."""
         flags = {**self.fixed, **params}

@@ -9,19 +9,18 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Any
 
+from tests.tuner.sweep_data import LAB_4RPS
 from tuner.confirmation import ConfirmationPhase, top_configurations
 from tuner.executors import TrialExecutor, VirtualExecutor
 from tuner.launcher import MAX_ATTEMPTS, GpuShare, TrialLauncher, retry_as
 from tuner.sweeps import resolve_space
-from workers.contracts import TrialResult, TrialSpec
+from workers.contracts import TrialResult, TrialSpec, Workload
 from workers.engines import adapter_for
 
 SPACE = resolve_space("lab")
 FAST = {**SPACE.defaults(), "max_num_seqs": 128}
 SLOW = {**SPACE.defaults(), "max_num_seqs": 32, "max_num_batched_tokens": 512}
-AT_4_RPS = SPACE.resolve_workload().model_copy(update={
-    "name": "lab-4rps", "num_prompts": 160,
-    "arrivals": SPACE.resolve_workload().arrivals.model_copy(update={"request_rate": 4.0})})
+AT_4_RPS = Workload.model_validate(LAB_4RPS)
 """The lab traffic at 4 req/s in goodput mode: one short run a trial, configurations apart."""
 
 
