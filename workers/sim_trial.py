@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -43,6 +43,7 @@ from workers.loadgen.scrape import HistogramDelta, ScrapeSummary
 from workers.pipeline import Measured, run_pipeline
 from workers.quality import QualityUnavailable
 from workers.sim import tokenizer
+from workers.sim.calibration import RooflineCalibration
 from workers.sim.catalog import UnknownCatalogEntry
 from workers.sim.config import (
     EngineConfig,
@@ -81,8 +82,11 @@ class _Refused(Exception):
         self.failure, self.message, self.boot_s = failure, message, boot_s
 
 
-def engine_config(spec: TrialSpec, *, seed: int | None = None) -> EngineConfig:
-    """The simulated engine's config for ``spec``; raises ``EngineConfigError`` as vLLM would."""
+def engine_config(spec: TrialSpec, *, seed: int | None = None,
+                  calibration: RooflineCalibration | None = None) -> EngineConfig:
+    """The simulated engine's config for ``spec``; raises ``EngineConfigError`` as vLLM would.
+
+    ``calibration`` replaces the engine's own roofline factors (the twin's predictions)."""
     kwargs: dict[str, Any] = {}
     for name, value in spec.engine_flags.items():
         if name in spec.allowed_extra_args and name not in SIM_ARGS:
@@ -94,12 +98,13 @@ def engine_config(spec: TrialSpec, *, seed: int | None = None) -> EngineConfig:
             )
         kwargs[name] = _flag_value(name, value)  # build_config takes vLLM's argument names
     try:
-        return build_config(
+        config = build_config(
             spec.model, sim_gpu=spec.gpu, sim_seed=spec.sim.seed if seed is None else seed,
             sim_noise=spec.sim.noise, sim_cost_model=spec.sim.cost_model, **kwargs,
         )
     except UnknownCatalogEntry as exc:
         raise EngineConfigError(str(exc)) from exc
+    return config if calibration is None else replace(config, calibration=calibration)
 
 
 def _flag_value(name: str, value: KnobValue) -> Any:
@@ -298,9 +303,10 @@ def _empty(config: EngineConfig) -> SimulationResult:
 # --- the trial ----------------------------------------------------------------------------
 
 
-def _boot(spec: TrialSpec) -> tuple[EngineConfig, MemoryPlan, float]:
+def _boot(spec: TrialSpec, calibration: RooflineCalibration | None = None
+          ) -> tuple[EngineConfig, MemoryPlan, float]:
     try:
-        config = engine_config(spec)
+        config = engine_config(spec, calibration=calibration)
     except EngineConfigError as exc:
         raise _Refused("invalid_config", str(exc), PROCESS_START_S) from exc
     try:
@@ -315,17 +321,20 @@ def _boot(spec: TrialSpec) -> tuple[EngineConfig, MemoryPlan, float]:
     return config, plan, boot
 
 
-def run_virtual_trial(spec: TrialSpec, *, per_request: bool = True) -> TrialResult:
+def run_virtual_trial(spec: TrialSpec, *, per_request: bool = True,
+                      calibration: RooflineCalibration | None = None) -> TrialResult:
     """Run ``spec`` on the simulated engine in virtual time, through the trial pipeline.
 
     ``per_request=False`` drops the per-request arrays (``ttfts``, ``itls``, …) from
     ``metrics`` — benchmarks that keep thousands of results need the memory. A space
     whose engine is vLLM is simulated with its ``sim`` options (the simulator takes
-    vLLM's flags and knows the catalog's models).
+    vLLM's flags and knows the catalog's models). ``calibration`` runs the simulator with
+    those roofline factors instead of its own (how the twin predicts a trial).
     """
     if spec.engine != "sim":
         spec = spec.model_copy(update={"engine": "sim"})
-    return asyncio.run(run_pipeline(spec, VirtualBackend(spec), detailed=per_request))
+    backend = VirtualBackend(spec, calibration=calibration)
+    return asyncio.run(run_pipeline(spec, backend, detailed=per_request))
 
 
 class VirtualBackend:
@@ -336,8 +345,10 @@ class VirtualBackend:
 
     base_url = "sim://virtual-time"
 
-    def __init__(self, spec: TrialSpec) -> None:
+    def __init__(self, spec: TrialSpec, *,
+                 calibration: RooflineCalibration | None = None) -> None:
         self.spec = spec
+        self.calibration = calibration
         self.facts = EngineFacts()
         self.boot_s: float | None = None
         self._config: EngineConfig | None = None
@@ -345,7 +356,7 @@ class VirtualBackend:
     async def boot(self) -> None:
         spec = self.spec
         try:
-            config, plan, self.boot_s = _boot(spec)
+            config, plan, self.boot_s = _boot(spec, self.calibration)
         except _Refused as refused:
             self.boot_s = refused.boot_s
             raise EngineFailure(refused.failure, refused.message,
@@ -375,7 +386,7 @@ class VirtualBackend:
     async def baseline_golden(self, gate: QualityGate) -> tuple[tuple[int, ...], ...]:
         assert gate.golden is not None
         try:
-            config = _boot(self.spec.baseline())[0]
+            config = _boot(self.spec.baseline(), self.calibration)[0]
         except _Refused as refused:
             raise QualityUnavailable(f"the baseline's start-up failed ({refused.failure}): "
                                      f"{refused.message}") from None

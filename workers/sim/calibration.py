@@ -11,15 +11,34 @@ are dimensionless fractions of a datasheet peak, so they carry over to another G
 its own datasheet figures (the catalogue's peak FLOP/s and bandwidth); the fit script
 copies the factors of the reference GPU of the same architecture (the L40S: the same
 AD102 die as the RTX 4090) into ``default``, and says so in the JSON's ``_default_from``.
+
+Two readers, kept apart on purpose:
+
+* the **simulated engine** (process and virtual time) takes :func:`load_calibration`:
+  the file named by ``SLOTUNE_SIM_CALIBRATION`` when it is set (the same format as
+  ``calibration.json``), else the shipped one. That file is the "real engine" of a
+  virtual sweep: a truth the search does not know.
+* the **twin** (``tuner/twin``) takes :func:`shipped_calibration` as its prior and learns
+  the rest from measurements; it never reads the environment's file.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import os
 from dataclasses import dataclass, fields
 from functools import cache
 from importlib import resources
+from pathlib import Path
 from typing import Any
+
+CALIBRATION_ENV = "SLOTUNE_SIM_CALIBRATION"
+"""Names a calibration file the simulated engine takes instead of the shipped one."""
+
+
+class CalibrationFileError(ValueError):
+    """A calibration file that cannot be read; the message names the file and the field."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,20 +77,77 @@ class RooflineCalibration:
 
 
 @cache
-def _document() -> dict[str, Any]:
+def _shipped_document() -> dict[str, Any]:
     text = resources.files("workers.sim").joinpath("calibration.json").read_text()
-    data: dict[str, Any] = json.loads(text)
-    return data
+    return _checked(json.loads(text), "the shipped calibration.json")
+
+
+@cache
+def _file_document(path: str, mtime_ns: int) -> dict[str, Any]:
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise CalibrationFileError(
+            f"{CALIBRATION_ENV}={path}: cannot read it ({exc.strerror})") from None
+    except json.JSONDecodeError as exc:
+        raise CalibrationFileError(
+            f"{CALIBRATION_ENV}={path}: not JSON ({exc.msg} at line {exc.lineno}); it takes "
+            "the format of workers/sim/calibration.json") from None
+    return _checked(data, f"{CALIBRATION_ENV}={path}")
+
+
+_FACTORS = frozenset(f.name for f in fields(RooflineCalibration))
+
+
+def _checked(data: Any, where: str) -> dict[str, Any]:
+    gpus = data.get("gpus") if isinstance(data, dict) else None
+    if not isinstance(gpus, dict) or not gpus:
+        raise CalibrationFileError(
+            f"{where}: needs a 'gpus' object mapping a GPU name (or 'default') to its "
+            "factors, as in workers/sim/calibration.json")
+    for gpu, entry in gpus.items():
+        if not isinstance(entry, dict):
+            raise CalibrationFileError(f"{where}: gpus.{gpu} must be an object of factors")
+        for name, value in entry.items():
+            if name not in _FACTORS:
+                raise CalibrationFileError(
+                    f"{where}: gpus.{gpu}.{name} is not a roofline factor; valid: "
+                    f"{', '.join(sorted(_FACTORS))}")
+            if (isinstance(value, bool) or not isinstance(value, int | float)
+                    or not math.isfinite(value) or value < 0):
+                raise CalibrationFileError(
+                    f"{where}: gpus.{gpu}.{name} must be a number >= 0, got {value!r}")
+    checked: dict[str, Any] = data
+    return checked
+
+
+def _entry(document: dict[str, Any], gpu_name: str) -> RooflineCalibration:
+    table: dict[str, dict[str, float]] = document["gpus"]
+    entry = table.get(gpu_name, table.get("default", {}))
+    return RooflineCalibration(**{k: float(v) for k, v in entry.items() if k in _FACTORS})
 
 
 def calibrated_gpus() -> list[str]:
-    """The GPUs with a fitted entry of their own (not the default)."""
-    return sorted(name for name in _document()["gpus"] if name != "default")
+    """The GPUs with a fitted entry of their own in the shipped file (not the default)."""
+    return sorted(name for name in _shipped_document()["gpus"] if name != "default")
+
+
+def shipped_calibration(gpu_name: str) -> RooflineCalibration:
+    """The shipped fit for a GPU (the default entry for one without reference rows).
+
+    The twin's prior: it never looks at ``SLOTUNE_SIM_CALIBRATION``."""
+    return _entry(_shipped_document(), gpu_name)
 
 
 def load_calibration(gpu_name: str) -> RooflineCalibration:
-    """The fitted calibration for a GPU, or the default entry for a GPU without reference rows."""
-    table: dict[str, dict[str, float]] = _document()["gpus"]
-    entry = table.get(gpu_name, table.get("default", {}))
-    known = {f.name for f in fields(RooflineCalibration)}
-    return RooflineCalibration(**{k: float(v) for k, v in entry.items() if k in known})
+    """The calibration the simulated engine runs with: the ``SLOTUNE_SIM_CALIBRATION``
+    file's entry when the variable is set, else the shipped fit."""
+    path = os.environ.get(CALIBRATION_ENV, "").strip()
+    if not path:
+        return shipped_calibration(gpu_name)
+    try:
+        mtime = os.stat(path).st_mtime_ns
+    except OSError as exc:
+        raise CalibrationFileError(
+            f"{CALIBRATION_ENV}={path}: cannot read it ({exc.strerror})") from None
+    return _entry(_file_document(path, mtime), gpu_name)

@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from workers.sim.calibration import RooflineCalibration
 from workers.sim.catalog import GiB, GPUSpec, ModelSpec, get_gpu, get_model
 from workers.sim.cost_model import KV_BYTES, WEIGHT_BYTES, HardwareSetup
 from workers.sim.numerics import flip_rate
@@ -191,6 +192,8 @@ class EngineConfig:
     noise: float = 0.0
     time_scale: float = 1.0
     cost_model: str = "roofline"
+    calibration: RooflineCalibration | None = None
+    """Roofline factors to run with instead of the engine's own (the twin's learned ones)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -210,7 +210,8 @@ class EngineCore:
                  plan: MemoryPlan | None = None, *, lazy_decode: bool = False) -> None:
         self.config = config
         self.plan = plan or plan_memory(config)
-        self.cost_model = cost_model or make_cost_model(config.cost_model, config.hardware)
+        self.cost_model = cost_model or make_cost_model(config.cost_model, config.hardware,
+                                                          config.calibration)
         self.block_size = config.block_size
         self.pool = BlockPool(self.plan.num_blocks)
         self.waiting: deque[SimRequest] = deque()

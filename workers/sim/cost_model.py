@@ -254,12 +254,20 @@ COST_MODELS: dict[str, CostModelFactory] = {
 }
 
 
-def make_cost_model(name: str, setup: HardwareSetup) -> CostModel:
-    """Build a registered cost model; an unknown name lists the valid ones."""
+def make_cost_model(name: str, setup: HardwareSetup,
+                    calibration: RooflineCalibration | None = None) -> CostModel:
+    """Build a registered cost model; an unknown name lists the valid ones.
+
+    ``calibration`` (the roofline's only) replaces the one the engine would load: the
+    twin runs the same simulator with the factors it learned."""
     try:
         factory = COST_MODELS[name]
     except KeyError:
         raise ValueError(
             f"unknown cost model {name!r}; valid: {', '.join(sorted(COST_MODELS))}"
         ) from None
-    return factory(setup)
+    if calibration is None:
+        return factory(setup)
+    if name != RooflineCostModel.name:
+        raise ValueError(f"a calibration applies to the roofline cost model, not {name!r}")
+    return RooflineCostModel(setup, calibration)
