@@ -15,12 +15,13 @@ from dataclasses import dataclass
 
 from tuner.db.records import SweepRecord
 from tuner.planner import DEFAULT_HEADROOM, CapacityPlan, PlanError, plan_capacity
+from tuner.progress import SweepProgress
 from tuner.settings import get_settings
 from tuner.store import Store
 from workers.contracts import SLO, QualityVerdict
 from workers.sim.catalog import UnknownCatalogEntry, get_gpu
 
-__all__ = ["SweepAnswer", "sweep_answer"]
+__all__ = ["SweepAnswer", "sweep_answer", "twin_sentence"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +29,8 @@ class SweepAnswer:
     plan: CapacityPlan
     quality: str | None
     """What the chosen configuration's quality gate found (None: it is lossless)."""
+    twin: str | None = None
+    """A twin sweep: how many configurations were measured and how many only screened."""
 
     @property
     def sentence(self) -> str:
@@ -41,7 +44,8 @@ class SweepAnswer:
                 f"under p{slo.percentile:g} {targets} with {config}{checked}; "
                 f"{plan.target_rps:g} req/s needs {plan.replicas} "
                 f"replica{'s' if plan.replicas != 1 else ''} ({plan.gpus} "
-                f"GPU{'s' if plan.gpus != 1 else ''}{cost}, {plan.headroom:.0%} headroom)")
+                f"GPU{'s' if plan.gpus != 1 else ''}{cost}, {plan.headroom:.0%} headroom)"
+                + (f"; {self.twin}" if self.twin else ""))
 
 
 def sweep_answer(store: Store, sweep: SweepRecord) -> SweepAnswer | None:
@@ -61,7 +65,17 @@ def sweep_answer(store: Store, sweep: SweepRecord) -> SweepAnswer | None:
     if plan.basis != "capacity":
         return None
     result = store.get_trial(plan.trial_ids[0]).result or {}
-    return SweepAnswer(plan=plan, quality=_quality(result.get("quality")))
+    return SweepAnswer(plan=plan, quality=_quality(result.get("quality")),
+                       twin=twin_sentence(sweep))
+
+
+def twin_sentence(sweep: SweepRecord) -> str | None:
+    """"measured 6 of 144 configurations; the twin screened the rest" (twin sweeps)."""
+    twin = SweepProgress.of(sweep.progress).twin
+    if twin is None:
+        return None
+    return (f"measured {twin.booted} of {twin.candidates} configurations; "
+            "the twin screened the rest")
 
 
 def _replica(plan: CapacityPlan) -> str:

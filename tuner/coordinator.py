@@ -56,11 +56,13 @@ from tuner.strategies import (
     NOISE_TOLERANCE,
     Proposal,
     Strategy,
+    TwinStrategy,
     make_strategy,
     unplaceable_result,
 )
 from tuner.study import sweep_study
 from tuner.sweeps import SweepBudget, resolve_space
+from tuner.twin.calibrations import warm_start
 from workers.contracts import KnobValue, TrialResult, TrialSpec, replica_gpus
 from workers.engines import adapter_for
 
@@ -160,8 +162,9 @@ class SweepRunner:
     # ---- setup --------------------------------------------------------------------
 
     def _strategy(self) -> Strategy:
+        options = warm_start(self.store, self.sweep) if self.sweep.strategy == "twin" else {}
         return make_strategy(self.sweep.strategy, self.space, seed=self.seed,
-                             study=sweep_study(self.sweep, self.database_url))
+                             study=sweep_study(self.sweep, self.database_url), **options)
 
     def _resume(self) -> None:
         study = self.strategy.study
@@ -567,6 +570,8 @@ class SweepRunner:
             "confirmation": self.confirmation,
             "unconfirmed": self.unconfirmed,
             "waiting": self._waiting if phase == "search" else None,
+            "twin": (self.strategy.summary() if isinstance(self.strategy, TwinStrategy)
+                     else None),
         })
 
     def _progress(self, *, phase: Phase, stop_reason: str | None = None) -> None:

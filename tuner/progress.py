@@ -14,7 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-__all__ = ["ConfirmationRun", "ConfirmedCandidate", "Phase", "SweepProgress", "Waiting"]
+__all__ = ["ConfirmationRun", "ConfirmedCandidate", "Phase", "SweepProgress", "TwinCallView",
+           "TwinFit", "TwinProgress", "TwinRanked", "Waiting"]
 
 Phase = Literal["queued", "search", "confirm", "done", "cancelled"]
 
@@ -56,6 +57,61 @@ class ConfirmedCandidate(_Read):
     details: list[ConfirmationRun] = []
 
 
+class TwinCallView(_Read):
+    """One configuration the twin booted: what it predicted before, what was measured."""
+
+    number: int
+    """The Optuna trial number (a sweep trial's ``number``)."""
+    params: dict[str, Any]
+    predicted: float
+    band: float
+    predicted_failure: str | None = None
+    measured: float | None = None
+    status: str | None = None
+    measured_failure: str | None = None
+    error: float | None = None
+    """|predicted − measured| ÷ measured."""
+
+
+class TwinRanked(_Read):
+    """A configuration the twin never booted, with its last prediction."""
+
+    params: dict[str, Any]
+    predicted: float
+    predicted_failure: str | None = None
+
+
+class TwinFit(_Read):
+    """The twin's last refit: how well it explains the probes, and which trials taught it."""
+
+    residual: float
+    trials: list[str] = []
+    probes: int = 0
+    fitted: list[str] = []
+
+
+class TwinProgress(_Read):
+    """The twin's work in a ``twin`` sweep: screened, booted, its calibration and calls."""
+
+    candidates: int
+    screened: int
+    booted: int
+    band: float
+    gpu: str
+    factors: dict[str, float]
+    """Multipliers on the shipped calibration (compute, memory, overhead): the stored
+    calibration a later sweep of the same model, GPU and engine version starts from."""
+    start_factors: dict[str, float] = {}
+    warm_start: str | None = None
+    engine_version: str | None = None
+    notes: list[str] = []
+    fit: TwinFit | None = None
+    screen_cpu_s: float = 0.0
+    memory_misses: int = 0
+    calls: list[TwinCallView] = []
+    ranking: list[TwinRanked] = []
+
+
 class SweepProgress(_Read):
     """Where a sweep stands: counts, the best so far, cost, and why it stopped or waits."""
 
@@ -78,6 +134,8 @@ class SweepProgress(_Read):
     unconfirmed: str | None = None
     """Why no candidate held up in confirmation (then there is no winner)."""
     waiting: Waiting | None = None
+    twin: TwinProgress | None = None
+    """``twin`` sweeps: what the twin predicted and learned."""
 
     @classmethod
     def of(cls, raw: Mapping[str, Any] | None) -> SweepProgress:
@@ -98,4 +156,4 @@ class SweepProgress(_Read):
         return self.model_dump(mode="json", exclude=unset)
 
 
-_ONLY_WHEN_SET = ("stop_reason", "confirmation", "unconfirmed", "waiting")
+_ONLY_WHEN_SET = ("stop_reason", "confirmation", "unconfirmed", "waiting", "twin")

@@ -18,6 +18,7 @@ from tuner.db.records import SweepRecord
 from tuner.spaces import SearchSpace, SpaceError, load_space, parse_space
 from tuner.store import Store
 from tuner.strategies import DEFAULT_STRATEGY, STRATEGIES
+from tuner.twin.model import Twin
 from workers.contracts import SLO, ObjectiveMode, Workload
 from workers.loadgen import WorkloadError, load_workload
 from workers.loadgen.workload_files import parse_workload
@@ -133,6 +134,8 @@ def resolve(request: SweepRequest) -> tuple[SearchSpace, Workload, SLO]:
                                          "mode": request.mode or space.mode})
     if request.allow_lossy:
         space = space.allowing_lossy()
+    if request.strategy == "twin":
+        Twin(space)  # TwinUnavailable (a ValueError) names what the simulator lacks
     return space, workload, slo
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tuner.db.records import BestConfig, CardRecord, SweepRecord, TrialRecord
-from tuner.progress import ConfirmedCandidate, SweepProgress
+from tuner.progress import ConfirmedCandidate, SweepProgress, TwinProgress
 from tuner.strategies import NOISE_TOLERANCE, params_key, rank
 from workers.contracts import TrialResult
 from workers.engines.vllm import vllm_command  # one definition: the adapter runs it
@@ -139,6 +139,8 @@ class SweepReport:
     """The seed's whole answer, one sentence (:mod:`tuner.answer`; capacity mode)."""
     allow_lossy: bool = False
     """Lossy values scored unchecked (``--allow-lossy``)."""
+    twin: TwinProgress | None = None
+    """A twin sweep's screening, calibration and predicted-against-measured calls."""
 
     @property
     def quality_checked(self) -> tuple[TrialPoint, ...]:
@@ -231,6 +233,7 @@ def analyse(sweep: SweepRecord, trials: Sequence[TrialRecord], cards: Sequence[C
         failure_counts=dict(failure_counts), infeasible_rules=dict(rules),
         failure_examples=examples, answer=answer,
         allow_lossy=bool((sweep.space.get("quality") or {}).get("allow_lossy")),
+        twin=SweepProgress.of(sweep.progress).twin,
     )
 
 

@@ -14,6 +14,7 @@ from html import escape
 from typing import Any
 
 from tuner.db.records import CardRecord
+from tuner.progress import TwinProgress
 from tuner.report._analysis import LATENCY_METRICS, SweepReport, TrialPoint
 from tuner.report._svg import Chart, RefLine, Series, render_chart
 
@@ -120,6 +121,13 @@ def render_html(report: SweepReport) -> str:
     parts.append("<h2 id='cards'>Experiment cards</h2>")
     parts.append(_html_cards(report) if report.cards else
                  "<p class='muted'>No experiment cards (not a guided sweep).</p>")
+    if report.twin is not None:
+        parts.append("<h2 id='twin'>The twin</h2>")
+        parts += [f"<p>{e(line)}</p>" for line in _twin_lines(report.twin)]
+        parts.append("<h3>Predicted against measured, trial by trial</h3>")
+        parts.append(_html_table(*_twin_calls(report.twin)))
+        parts.append("<h3>Never booted: the twin's ranking</h3>")
+        parts.append(_html_table(*_twin_ranking(report.twin)))
     parts.append("<h2 id='failures'>Failures</h2>")
     parts.append(_html_failures(report))
     parts.append("<h2 id='trials'>Trials</h2>")
@@ -329,6 +337,12 @@ def render_markdown(report: SweepReport) -> str:
                   _md_table(["field", "value"], _card_fields(c)), ""]
         if values:
             lines += [_md_table(list(_CARD_VALUE_HEADERS), values), ""]
+    if report.twin is not None:
+        lines += ["## The twin", "", *(f"{line}  " for line in _twin_lines(report.twin)), "",
+                  "### Predicted against measured, trial by trial", "",
+                  _md_table(*_twin_calls(report.twin)), "",
+                  "### Never booted: the twin's ranking", "",
+                  _md_table(*_twin_ranking(report.twin)), ""]
     lines += ["## Failures", "", _md_table(["status", "trials"],
                                            sorted(report.status_counts.items())), ""]
     if report.failure_counts:
@@ -340,6 +354,38 @@ def render_markdown(report: SweepReport) -> str:
                             sorted(report.infeasible_rules.items())), ""]
     lines += ["## Trials", "", _md_table(*_trial_rows(report)), ""]
     return "\n".join(lines)
+
+
+def _twin_lines(twin: TwinProgress) -> list[str]:
+    factors = ", ".join(f"{k} ×{v:.3g}" for k, v in twin.factors.items())
+    lines = [f"Screened {twin.screened} of {twin.candidates} candidate configurations "
+             f"({twin.screen_cpu_s:g} CPU s) and booted {twin.booted}; error band "
+             f"±{twin.band:.0%}.",
+             f"Calibration on {twin.gpu}: {factors} the shipped roofline"
+             + (f" (fit residual {twin.fit.residual:.3f} over {twin.fit.probes} probes of "
+                f"{len(twin.fit.trials)} trials; fitted: {', '.join(twin.fit.fitted) or 'none'})"
+                if twin.fit else " (not fitted yet)")
+             + (f", engine {twin.engine_version}" if twin.engine_version else "") + ".",
+             f"Started from {twin.warm_start or 'the shipped calibration'}."]
+    if twin.memory_misses:
+        lines.append(f"{twin.memory_misses} configuration(s) the twin expected to fit could "
+                     "not start (out of memory): its memory model is off for them.")
+    lines += twin.notes
+    return lines
+
+
+def _twin_calls(twin: TwinProgress) -> tuple[list[str], list[list[str]]]:
+    rows = [[f"#{c.number}", _compact(c.params),
+             c.predicted_failure or _num(c.predicted), f"±{c.band:.0%}",
+             c.measured_failure or (_num(c.measured) if c.measured is not None else "running"),
+             "—" if c.error is None else f"{c.error:.0%}"] for c in twin.calls]
+    return ["trial", "configuration", "predicted", "band", "measured", "error"], rows
+
+
+def _twin_ranking(twin: TwinProgress) -> tuple[list[str], list[list[str]]]:
+    rows = [[str(i), _compact(r.params), r.predicted_failure or _num(r.predicted)]
+            for i, r in enumerate(twin.ranking, 1)]
+    return ["rank", "configuration", "predicted"], rows
 
 
 def _md_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

@@ -1,4 +1,4 @@
-"""Search strategies over a space, on an Optuna study: grid, random, tpe, guided (+ confirm).
+"""Search strategies over a space, on an Optuna study: grid, random, tpe, guided, twin (+ confirm).
 
 ``make_strategy(name, space, …)`` builds one from the registry; an unknown name fails
 with the list of valid ones. The contract every strategy keeps is on
@@ -34,6 +34,7 @@ from tuner.strategies._guided import (
 from tuner.strategies._ranking import NOISE_TOLERANCE, best_index, rank
 from tuner.strategies._simple import GridStrategy, RandomStrategy
 from tuner.strategies._tpe import TPEStrategy
+from tuner.strategies._twin import TwinStrategy
 
 __all__ = [
     "CONSTRAINT_KEYS",
@@ -55,6 +56,7 @@ __all__ = [
     "StudyOpener",
     "StudySource",
     "TPEStrategy",
+    "TwinStrategy",
     "best_index",
     "confirm",
     "constraint_values",
@@ -67,7 +69,7 @@ __all__ = [
 
 STRATEGIES: dict[str, type[Strategy]] = {
     cls.name: cls for cls in (GridStrategy, RandomStrategy, TPEStrategy, GuidedStrategy,
-                           GuidedTPEStrategy)
+                           GuidedTPEStrategy, TwinStrategy)
 }
 
 DEFAULT_STRATEGY = "guided+tpe"

@@ -1,0 +1,134 @@
+"""The twin: factors, predictions that never read the truth, a fit that learns it, and
+the strategy that boots only what the twin cannot rule out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+
+from tests.tuner.twin.truth import small_space, write_truth
+from tuner.strategies import TwinStrategy, make_strategy, params_key
+from tuner.twin.factors import TwinFactors
+from tuner.twin.model import Twin
+from workers.contracts import EngineFacts, KnobValue, TrialResult
+from workers.sim.calibration import CALIBRATION_ENV, shipped_calibration
+from workers.sim_trial import run_virtual_trial
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+TRUTH = {"compute": 0.7, "memory": 1.3, "overhead": 1.5}
+"""The perturbed truth of these tests: slower kernels, faster memory, heavier overheads."""
+
+
+@pytest.fixture
+def truth(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = write_truth(tmp_path / "truth.json", "l40s", **TRUTH)
+    monkeypatch.setenv(CALIBRATION_ENV, str(path))
+    return path
+
+
+def measure(params: dict[str, KnobValue], trial_id: str = "t") -> TrialResult:
+    """What "the real engine" (the simulated one, on the truth) measures."""
+    space = small_space()
+    return run_virtual_trial(space.to_trial_spec(params, trial_id), per_request=False)
+
+
+def test_factors_scale_their_group_of_the_prior_and_stay_in_bounds() -> None:
+    prior = shipped_calibration("l40s")
+    moved = TwinFactors(compute=0.5, memory=2.0, overhead=3.0).apply(prior)
+    assert moved.gemm_efficiency == pytest.approx(prior.gemm_efficiency * 0.5)
+    assert moved.attention_efficiency == pytest.approx(prior.attention_efficiency * 0.5)
+    assert moved.kv_efficiency == pytest.approx(prior.kv_efficiency * 2.0)
+    assert moved.step_overhead_s == pytest.approx(prior.step_overhead_s * 3.0)
+    assert moved.overlap_exponent == prior.overlap_exponent  # not a learned factor
+    with pytest.raises(ValueError, match="outside"):
+        TwinFactors(compute=10.0)
+    assert TwinFactors.from_log([5.0, -5.0, 0.0]).as_tuple() == pytest.approx((3.0, 1 / 3, 1.0))
+
+
+def test_the_twin_predicts_from_its_prior_whatever_truth_the_engine_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = {"max_num_seqs": 128, "max_num_batched_tokens": 512, "enable_chunked_prefill": True}
+    blind = Twin(small_space()).predict(config, full=True)
+    monkeypatch.setenv(CALIBRATION_ENV, str(write_truth(tmp_path / "t.json", "l40s", **TRUTH)))
+    assert Twin(small_space()).predict(config, full=True) == blind
+    # ... while the engine itself does run on the truth, and measures something else
+    assert measure(config).objective < 0.8 * blind.objective
+
+
+def test_refused_configurations_are_predicted_refused() -> None:
+    twin = Twin(small_space())
+    refused = twin.predict({"max_num_seqs": 8, "max_num_batched_tokens": 512,
+                            "enable_chunked_prefill": False})
+    assert refused.failure == "invalid_config" and refused.objective == 0
+
+
+def test_a_fit_on_two_measured_trials_predicts_a_third_it_never_saw(truth: Path) -> None:
+    seen = [{"max_num_seqs": 32, "max_num_batched_tokens": 512, "enable_chunked_prefill": True},
+            {"max_num_seqs": 128, "max_num_batched_tokens": 2048,
+             "enable_chunked_prefill": True}]
+    unseen = {"max_num_seqs": 128, "max_num_batched_tokens": 512,
+              "enable_chunked_prefill": True}
+    actual = measure(unseen).objective
+    twin = Twin(small_space())
+    before = twin.predict(unseen, full=True).objective
+    assert abs(before - actual) / actual > 0.3  # the prior is far off this truth
+    report = twin.fit([(p, measure(p)) for p in seen])
+    assert report is not None and report.probes >= 3 and report.fitted
+    after = twin.predict(unseen, full=True).objective
+    assert abs(after - actual) / actual < 0.1, (before, after, actual, report)
+    assert twin.factors != TwinFactors()
+
+
+def drive(strategy: Any, limit: int = 30) -> list[tuple[dict[str, KnobValue], TrialResult]]:
+    told = []
+    while len(told) < limit:
+        proposal = strategy.ask()
+        if proposal is None:
+            break
+        result = proposal.preset or measure(proposal.params, proposal.trial_id)
+        strategy.tell(proposal, result)
+        told.append((proposal.params, result))
+    return told
+
+
+def test_the_twin_strategy_reaches_the_optimum_of_a_truth_it_does_not_know(
+        truth: Path) -> None:
+    space = small_space()
+    grid = {params_key(p): measure(p).objective for p in space.grid()}
+    optimum = max(grid.values())
+    strategy = make_strategy("twin", space, seed=0)
+    assert isinstance(strategy, TwinStrategy)
+    told = drive(strategy)
+    best = max(result.objective for _, result in told)
+    assert best >= 0.98 * optimum
+    assert len(told) < len([v for v in grid.values() if v > 0])  # not the whole grid
+    assert strategy.stop_reason is not None
+    assert strategy.stop_reason.startswith("the twin rules out the other ")
+    summary = strategy.summary()
+    assert summary["booted"] == len(told) and summary["screened"] == summary["candidates"] == 15
+    calls = summary["calls"]
+    assert [c["measured"] for c in calls] == pytest.approx([r.objective for _, r in told],
+                                                           abs=1e-3)
+    assert all(c["predicted"] is not None for c in calls)
+    assert summary["fit"]["trials"] and summary["factors"] != TwinFactors().as_dict()
+    # what it never booted, ranked by its prediction
+    booted = {params_key(p) for p, _ in told}
+    assert all(params_key(r["params"]) not in booted for r in summary["ranking"])
+
+
+def test_a_warm_start_from_another_engine_version_starts_afresh() -> None:
+    strategy = TwinStrategy(small_space(), seed=0, factors={"compute": 0.5},
+                            warm_start="sweep 1's calibration", engine_version="0.31.0")
+    assert strategy.twin.factors.compute == 0.5
+    proposal = strategy.ask()
+    assert proposal is not None
+    result = TrialResult(trial_id=proposal.trial_id, status="failed", failure="crashed",
+                         engine=EngineFacts(engine_version="0.32.0"))
+    strategy.tell(proposal, result)
+    assert strategy.twin.factors == TwinFactors()
+    assert strategy.warm_start is None
+    assert any("differs from the warm start's 0.31.0" in n for n in strategy.notes)

@@ -1,0 +1,1 @@
+"""The twin: the simulator, calibrated during the sweep from the real engine's measurements."""

@@ -1,0 +1,271 @@
+"""The twin: the simulated engine with learned factors, predicting any configuration.
+
+The twin runs the same simulator the virtual executor runs (``workers/sim``), with the
+shipped calibration of the GPU as its prior times :class:`TwinFactors` learned from the
+sweep's own measurements. It never reads ``SLOTUNE_SIM_CALIBRATION`` — the truth of a
+virtual sweep — and knows the real engine only through what the real engine measured.
+
+Three costs shape it:
+
+* **screening** predicts a configuration with a short virtual trial
+  (:data:`SCREEN_PROMPTS` requests per probe, a looser bracket), milliseconds to a
+  second of CPU; predictions are cached per (configuration, factors);
+* **checking** re-predicts the configuration about to boot with the full virtual trial
+  (the space's own workload): that is the prediction recorded against the measurement;
+* **fitting** re-simulates, per measured trial, the two probes that bracket its capacity
+  (or its one run, in goodput mode) and matches the p99 TTFT and TPOT the real engine
+  saw there: Gauss-Newton in log space on the factors the data moves (a factor no probe
+  is sensitive to stays where it was), bounded, and pulled gently toward its start.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tuner.spaces import SearchSpace
+from tuner.strategies._base import params_key
+from tuner.strategies._ranking import NOISE_TOLERANCE
+from tuner.twin.factors import TwinFactors
+from workers.contracts import KnobValue, TrialResult, TrialSpec
+from workers.pipeline import probe_workload
+from workers.sim.calibration import RooflineCalibration, shipped_calibration
+from workers.sim.config import EngineConfigError
+from workers.sim_trial import engine_config, measure, run_virtual_trial
+
+__all__ = ["FitReport", "Prediction", "Twin", "TwinUnavailable"]
+
+SCREEN_PROMPTS = 80
+"""Requests per probe when screening: enough for a p99 of the right size, 4-10× cheaper."""
+FIT_PROMPTS = 160
+"""Requests per re-simulated probe when fitting (the first ones of the probe the engine ran)."""
+PRIOR_BAND = 0.5
+"""The twin's error band before it has been checked against two measurements: users
+report estimate-only tools off by ~45% on TTFT."""
+MIN_BAND = NOISE_TOLERANCE
+"""The narrowest band: what the search treats as run-to-run noise anyway."""
+_RIDGE = 0.02
+"""Pull of each log-factor toward where the sweep started it (keeps unseen ones put)."""
+_RATIO_CAP = 4.0
+"""p99/target beyond this says only "far over": clipped so a saturated probe cannot dominate."""
+_STEP = 0.1
+"""Finite-difference step of the fit, in log-factor units."""
+_MIN_SENSITIVITY = 0.05
+"""A factor whose 10% change moves no residual by this much is not determined by the data."""
+
+
+class TwinUnavailable(ValueError):
+    """The twin cannot model this space (its model or GPU is unknown to the simulator)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """What the twin expects a configuration to measure."""
+
+    objective: float
+    capacity: float | None
+    failure: str | None
+    """The failure class the twin expects (``oom``, ``invalid_config``, …), else None."""
+    full: bool
+    """True: from the full virtual trial; False: from the screening one."""
+
+
+@dataclass(frozen=True, slots=True)
+class FitReport:
+    """One refit: the factors, how well they explain the data, and what they came from."""
+
+    factors: TwinFactors
+    residual: float
+    """RMS of the log p99 ratios (simulated vs measured) over the fitted probes."""
+    trials: tuple[str, ...]
+    probes: int
+    fitted: tuple[str, ...]
+    """The factors the data determined (the others kept their value)."""
+    seconds: float
+
+
+@dataclass(slots=True)
+class _Point:
+    spec: TrialSpec
+    rate: float
+    index: int
+    observed: Mapping[str, float]
+
+
+@dataclass
+class Twin:
+    """The calibrated simulator of one space (model, GPU, workload, SLO)."""
+
+    space: SearchSpace
+    factors: TwinFactors = field(default_factory=TwinFactors)
+    start: TwinFactors = field(init=False)
+    prior: RooflineCalibration = field(init=False)
+    gpu: str = field(init=False)
+    fits: list[FitReport] = field(default_factory=list)
+    screen_s: float = 0.0
+    """CPU seconds spent predicting (screening and checks)."""
+    _cache: dict[tuple[str, TwinFactors, bool], Prediction] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.start = self.factors
+        spec = self.spec(self.space.defaults())
+        try:
+            config = engine_config(spec)
+        except EngineConfigError as exc:
+            raise TwinUnavailable(
+                f"the twin cannot model space {self.space.name!r}: {exc}") from None
+        self.gpu = config.gpu.name
+        self.prior = shipped_calibration(self.gpu)
+
+    # --- predicting ----------------------------------------------------------------
+
+    def spec(self, params: Mapping[str, KnobValue]) -> TrialSpec:
+        """The trial spec the space would give ``params`` (no quality gate: the twin
+        predicts load behaviour; a lossy value's quality is the gate's to measure)."""
+        return self.space.to_trial_spec(dict(params), "twin", quality=None)
+
+    def predict(self, params: Mapping[str, KnobValue], *, full: bool = False) -> Prediction:
+        key = (params_key(params), self.factors, full)
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        started = time.process_time()
+        spec = self.spec(params)
+        result = run_virtual_trial(spec if full else _screening(spec), per_request=False,
+                                   calibration=self.factors.apply(self.prior))
+        self.screen_s += time.process_time() - started
+        prediction = Prediction(
+            objective=result.objective if result.status == "ok" else 0.0,
+            capacity=result.capacity, full=full,
+            failure=result.failure if result.status == "failed" else None)
+        self._cache[key] = prediction
+        return prediction
+
+    # --- learning ------------------------------------------------------------------
+
+    def fit(self, measured: Sequence[tuple[Mapping[str, KnobValue], TrialResult]]
+            ) -> FitReport | None:
+        """Refit the factors to the measured trials; None when nothing measured can teach."""
+        started = time.process_time()
+        points: list[_Point] = []
+        trials: list[str] = []
+        for params, result in measured:
+            found = _points(self.spec(params), result)
+            if found:
+                points.extend(found)
+                trials.append(result.trial_id)
+        if not points:
+            return None
+        theta = np.array(self.factors.as_log())
+        anchor = np.array(self.start.as_log())
+        r = self._residuals(points, theta)
+        loss = _loss(r, theta, anchor)
+        fitted: set[int] = set()
+        damping = 1e-3
+        for _ in range(6):
+            jac = np.empty((len(r), 3))
+            for j in range(3):
+                step = theta.copy()
+                step[j] += _STEP
+                jac[:, j] = (self._residuals(points, step) - r) / _STEP
+            free = [j for j in range(3) if np.max(np.abs(jac[:, j])) * _STEP >= _MIN_SENSITIVITY]
+            if not free:
+                break
+            fitted.update(free)
+            J = jac[:, free]
+            gradient = J.T @ r + _RIDGE * (theta[free] - anchor[free])
+            hessian = J.T @ J + (_RIDGE + damping) * np.eye(len(free))
+            move = np.zeros(3)
+            move[free] = -np.linalg.solve(hessian, gradient)
+            candidate = np.array(TwinFactors.from_log(list(theta + move)).as_log())
+            r_new = self._residuals(points, candidate)
+            loss_new = _loss(r_new, candidate, anchor)
+            if loss_new < loss:
+                improved = loss - loss_new
+                theta, r, loss = candidate, r_new, loss_new
+                damping = max(damping / 3, 1e-4)
+                if improved < 1e-4:
+                    break
+            else:
+                damping *= 10
+                if damping > 10:
+                    break
+        self.factors = TwinFactors.from_log(list(theta))
+        names = ("compute", "memory", "overhead")
+        report = FitReport(self.factors, float(math.sqrt(np.mean(r**2))), tuple(trials),
+                           len(points), tuple(names[j] for j in sorted(fitted)),
+                           time.process_time() - started)
+        self.fits.append(report)
+        return report
+
+    def _residuals(self, points: Sequence[_Point], theta: np.ndarray) -> np.ndarray:
+        calibration = TwinFactors.from_log(list(theta)).apply(self.prior)
+        out: list[float] = []
+        for point in points:
+            simulated = _simulated_ratios(point, calibration)
+            for metric, observed in point.observed.items():
+                out.append(_log_ratio(simulated.get(metric)) - _log_ratio(observed))
+        return np.array(out)
+
+
+def _loss(r: np.ndarray, theta: np.ndarray, anchor: np.ndarray) -> float:
+    return float(0.5 * r @ r + 0.5 * _RIDGE * np.sum((theta - anchor) ** 2))
+
+
+def _log_ratio(ratio: float | None) -> float:
+    if ratio is None or not math.isfinite(ratio):
+        return math.log(_RATIO_CAP)
+    return math.log(min(_RATIO_CAP, max(ratio, 1 / _RATIO_CAP)))
+
+
+def _screening(spec: TrialSpec) -> TrialSpec:
+    """The cheap version of ``spec``: fewer requests per probe, a looser bracket."""
+    workload = spec.workload.model_copy(update={
+        "num_prompts": min(spec.workload.num_prompts, SCREEN_PROMPTS), "warmup_requests": 0})
+    search = spec.capacity
+    capacity = search.model_copy(update={
+        "prompts_per_probe": None if search.prompts_per_probe is None
+        else min(search.prompts_per_probe, SCREEN_PROMPTS),
+        "min_probe_s": None,
+        "relative_tolerance": max(search.relative_tolerance, 0.05),
+        "max_probes": min(search.max_probes, 8)})
+    return spec.model_copy(update={"workload": workload, "capacity": capacity})
+
+
+def _points(spec: TrialSpec, result: TrialResult) -> list[_Point]:
+    """The measurements of ``result`` the fit matches: the probes that bracket its
+    capacity (the most informative: just held, just broke), or its one goodput run."""
+    if result.status != "ok":
+        return []
+    if spec.mode == "capacity":
+        probes = list(enumerate(result.capacity_probes))
+        held = [(i, p) for i, p in probes if p.gate_passed]
+        broke = [(i, p) for i, p in probes if not p.gate_passed]
+        chosen = []
+        if held:
+            chosen.append(max(held, key=lambda ip: ip[1].request_rate))
+        if broke:
+            floor = chosen[0][1].request_rate if held else 0.0
+            above = [ip for ip in broke if ip[1].request_rate > floor]
+            if above:
+                chosen.append(min(above, key=lambda ip: ip[1].request_rate))
+        return [_Point(spec, p.request_rate, i, dict(p.ratios)) for i, p in chosen if p.ratios]
+    observed: dict[str, float] = {
+        k: v + 1.0 for k, v in result.constraints.items() if k in spec.slo.targets}
+    if not observed:
+        return []
+    return [_Point(spec, spec.workload.arrivals.request_rate, 0, observed)]
+
+
+def _simulated_ratios(point: _Point, calibration: RooflineCalibration) -> dict[str, float]:
+    workload = probe_workload(point.spec, point.rate, point.index)
+    workload = workload.model_copy(update={
+        "num_prompts": min(workload.num_prompts, FIT_PROMPTS), "warmup_requests": 0})
+    config = engine_config(point.spec, calibration=calibration)
+    probe = measure(point.spec, config, workload)
+    return {c.metric: (c.observed_ms / c.target_ms if c.observed_ms is not None else math.inf)
+            for c in probe.score.checks}
