@@ -19,10 +19,14 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
+
+from pydantic import TypeAdapter
 
 from workers.contracts import (
     SLO,
+    DatasetConfig,
     EngineFacts,
     FailureClass,
     GoldenCheck,
@@ -143,22 +147,44 @@ class ProbeRun:
 def _requests(workload: Workload, config: EngineConfig, n: int,
               ) -> tuple[list[SimRequestSpec], list[RequestRecord]]:
     """The workload's requests (the load generator's samplers) and the ones vLLM rejects."""
-    specs = sample_requests(workload.dataset, n, workload.seed)
-    offsets = arrival_offsets(len(specs), workload.arrivals, workload.seed,
-                              [s.arrival_offset_s for s in specs])
+    prompts = _tokenized(workload.dataset.model_dump_json(), n, workload.seed,
+                         config.model.vocab_size)
+    offsets = arrival_offsets(len(prompts), workload.arrivals, workload.seed,
+                              [p.arrival_offset_s for p in prompts])
     checker = _Admission(config)
     sims: list[SimRequestSpec] = []
     rejected: list[RequestRecord] = []
-    for i, (req, offset) in enumerate(zip(specs, offsets, strict=True)):
-        ids = tokenizer.encode(req.prompt, config.model.vocab_size)
-        error = checker.error(len(ids), req.output_len)
+    for i, (prompt, offset) in enumerate(zip(prompts, offsets, strict=True)):
+        error = checker.error(len(prompt.ids), prompt.output_len)
         if error is not None:  # the server answers 400 at once: a failed row, not a crash
             t = RequestTimings(target=offset, ready=offset, start=offset, end=offset)
-            rejected.append(RequestRecord(i, req.prompt_len, req.output_len, t,
+            rejected.append(RequestRecord(i, prompt.prompt_len, prompt.output_len, t,
                                           error=f"HTTP 400: {error}"))
             continue
-        sims.append(SimRequestSpec(offset, ids, req.output_len, request_id=str(i)))
+        sims.append(SimRequestSpec(offset, prompt.ids, prompt.output_len, request_id=str(i)))
     return sims, rejected
+
+
+@dataclass(frozen=True, slots=True)
+class _Prompt:
+    ids: tuple[int, ...]
+    prompt_len: int
+    output_len: int
+    arrival_offset_s: float | None
+
+
+_DATASET: TypeAdapter[DatasetConfig] = TypeAdapter(DatasetConfig)
+
+
+@lru_cache(maxsize=32)
+def _tokenized(dataset_json: str, n: int, seed: int, vocab_size: int) -> tuple[_Prompt, ...]:
+    """The sampled prompts in the simulator's token ids. Sampling and tokenizing is most
+    of a short virtual trial's cost and the same for every configuration of a workload
+    (the twin screens hundreds), so it is kept: keyed by the dataset's JSON, its count,
+    seed and vocabulary."""
+    specs = sample_requests(_DATASET.validate_json(dataset_json), n, seed)
+    return tuple(_Prompt(tuple(tokenizer.encode(req.prompt, vocab_size)), req.prompt_len,
+                         req.output_len, req.arrival_offset_s) for req in specs)
 
 
 class _Admission:
