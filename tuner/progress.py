@@ -67,10 +67,12 @@ class TwinCallView(_Read):
     band: float
     predicted_failure: str | None = None
     measured: float | None = None
+    measured_high: float | None = None
+    """Capacity mode: the top of the measured bracket (the lowest rate that broke)."""
     status: str | None = None
     measured_failure: str | None = None
     error: float | None = None
-    """|predicted − measured| ÷ measured."""
+    """How far the prediction fell outside the measured bracket, ÷ the measurement."""
 
 
 class TwinRanked(_Read):

@@ -35,8 +35,11 @@ import optuna
 from tuner.spaces import SearchSpace
 from tuner.strategies._base import Proposal, Strategy, StudySource, params_key
 from tuner.strategies._ranking import NOISE_TOLERANCE
+
+# The module, not its names: tuner.twin.model uses params_key from this package, so
+# either may be imported first.
+from tuner.twin import model as twin_model
 from tuner.twin.factors import TwinFactors
-from tuner.twin.model import MIN_BAND, PRIOR_BAND, Prediction, Twin
 from workers.contracts import KnobValue, TrialResult
 
 __all__ = ["MAX_CANDIDATES", "TwinCall", "TwinStrategy"]
@@ -61,23 +64,34 @@ class TwinCall:
     band: float
     failure: str | None
     measured: float | None = None
+    measured_high: float | None = None
+    """Capacity mode: the objective at the lowest rate that broke the SLO above the
+    measured one — the measurement is the bracket [measured, measured_high]."""
     status: str | None = None
     measured_failure: str | None = None
 
     @property
     def error(self) -> float | None:
-        """|predicted − measured| ÷ measured (1 when it predicted a win that measured 0)."""
+        """How far the prediction fell outside what was measured, relative to it: 0 inside
+        the capacity bracket, else the distance to its nearer end ÷ the measurement (1
+        when it predicted a win that measured 0)."""
         if self.measured is None or self.status != "ok":
             return None
-        if self.measured > 0:
-            return abs(self.predicted - self.measured) / self.measured
-        return 1.0 if self.predicted > 0 else 0.0
+        if self.measured <= 0:
+            return 1.0 if self.predicted > 0 else 0.0
+        high = self.measured if self.measured_high is None else self.measured_high
+        if self.measured <= self.predicted <= high:
+            return 0.0
+        nearer = self.measured if self.predicted < self.measured else high
+        return abs(self.predicted - nearer) / self.measured
 
     def as_dict(self) -> dict[str, Any]:
         return {"number": self.number, "params": self.params,
                 "predicted": round(self.predicted, 4), "band": round(self.band, 4),
                 "predicted_failure": self.failure,
                 "measured": None if self.measured is None else round(self.measured, 4),
+                "measured_high": (None if self.measured_high is None
+                                  else round(self.measured_high, 4)),
                 "status": self.status, "measured_failure": self.measured_failure,
                 "error": None if self.error is None else round(self.error, 4)}
 
@@ -85,7 +99,7 @@ class TwinCall:
 @dataclass(slots=True)
 class _Entry:
     params: dict[str, KnobValue]
-    prediction: Prediction | None = None
+    prediction: twin_model.Prediction | None = None
     factors: TwinFactors | None = None
 
 
@@ -100,7 +114,7 @@ class TwinStrategy(Strategy):
         super().__init__(space, study, seed=seed)
         start = factors if isinstance(factors, TwinFactors) else (
             TwinFactors.from_dict(dict(factors)) if factors is not None else TwinFactors())
-        self.twin = Twin(space, start)
+        self.twin = twin_model.Twin(space, start)
         self.warm_start = warm_start
         """Where the starting factors came from (a sentence), or None: the shipped prior."""
         self.warm_version = engine_version
@@ -134,8 +148,8 @@ class TwinStrategy(Strategy):
     def band(self) -> float:
         errors = [e for call in self.calls.values() if (e := call.error) is not None]
         if len(errors) < 2:
-            return PRIOR_BAND
-        return min(PRIOR_BAND, max(MIN_BAND, *errors[-2:]))
+            return twin_model.PRIOR_BAND
+        return min(twin_model.PRIOR_BAND, max(twin_model.MIN_BAND, *errors[-2:]))
 
     # --- asking --------------------------------------------------------------------
 
@@ -151,6 +165,8 @@ class TwinStrategy(Strategy):
         band = self.band
         optimistic = prediction.objective * (1 + band)
         beats = best is None or best <= 0 or optimistic > best * (1 + NOISE_TOLERANCE) * (1 + 1e-9)
+        if not beats and self.pending:
+            return None  # the trials in flight may still move the twin: decide after them
         if not beats:
             self._stop(f"the twin rules out the other {unmeasured} configurations: none can "
                        f"beat {best:.3g} {self._unit()} by more than the noise band "
@@ -171,7 +187,7 @@ class TwinStrategy(Strategy):
     def _open(self, key: str) -> bool:
         return key not in self._known and key not in self._in_flight
 
-    def _pick(self) -> tuple[str, Prediction] | None:
+    def _pick(self) -> tuple[str, twin_model.Prediction] | None:
         """The open candidate with the best optimistic prediction under the current factors
         (lazily: stale predictions carry an upper bound, see the module docstring)."""
         twin = self.twin
@@ -233,6 +249,7 @@ class TwinStrategy(Strategy):
         if call is not None:
             call.measured, call.status = result.objective, result.status
             call.measured_failure = result.failure
+            call.measured_high = _bracket_top(result)
             if result.failure == "oom" and call.failure is None:
                 self.memory_misses += 1
         self._check_engine_version(result)
@@ -307,6 +324,17 @@ class TwinStrategy(Strategy):
                          "predicted_failure": e.prediction.failure if e.prediction else None}
                         for v, e in ranking],
         }
+
+
+def _bracket_top(result: TrialResult) -> float | None:
+    """The objective at the lowest broken probe above the capacity (None: no bracket)."""
+    if not result.capacity or not result.objective:
+        return None
+    broke = [p.request_rate for p in result.capacity_probes
+             if not p.gate_passed and p.request_rate > result.capacity]
+    if not broke:
+        return None
+    return min(broke) * result.objective / result.capacity
 
 
 def _params_of(key: str) -> dict[str, KnobValue]:

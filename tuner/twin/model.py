@@ -11,7 +11,8 @@ Three costs shape it:
   (:data:`SCREEN_PROMPTS` requests per probe, a looser bracket), milliseconds to a
   second of CPU; predictions are cached per (configuration, factors);
 * **checking** re-predicts the configuration about to boot with the full virtual trial
-  (the space's own workload): that is the prediction recorded against the measurement;
+  (the space's own workload, the capacity bracketed to :data:`CHECK_TOLERANCE`): that is
+  the prediction recorded against the measurement;
 * **fitting** re-simulates, per measured trial, the two probes that bracket its capacity
   (or its one run, in goodput mode) and matches the p99 TTFT and TPOT the real engine
   saw there: Gauss-Newton in log space on the factors the data moves (a factor no probe
@@ -20,6 +21,7 @@ Three costs shape it:
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -34,13 +36,16 @@ from tuner.twin.factors import TwinFactors
 from workers.contracts import KnobValue, TrialResult, TrialSpec
 from workers.pipeline import probe_workload
 from workers.sim.calibration import RooflineCalibration, shipped_calibration
-from workers.sim.config import EngineConfigError
+from workers.sim.catalog import UnknownCatalogEntry, get_gpu, get_model
 from workers.sim_trial import engine_config, measure, run_virtual_trial
 
 __all__ = ["FitReport", "Prediction", "Twin", "TwinUnavailable"]
 
 SCREEN_PROMPTS = 80
 """Requests per probe when screening: enough for a p99 of the right size, 4-10× cheaper."""
+CHECK_TOLERANCE = 0.01
+"""Relative width of the capacity bracket of a check: finer than a measurement's, so the
+prediction is a rate, not the end of a coarse bracket."""
 FIT_PROMPTS = 160
 """Requests per re-simulated probe when fitting (the first ones of the probe the engine ran)."""
 PRIOR_BAND = 0.5
@@ -54,6 +59,10 @@ _RATIO_CAP = 4.0
 """p99/target beyond this says only "far over": clipped so a saturated probe cannot dominate."""
 _STEP = 0.1
 """Finite-difference step of the fit, in log-factor units."""
+_GOOD_FIT = 0.05
+"""RMS log-ratio residual below which a fit is not second-guessed."""
+_LATTICE = 0.5
+"""Log-offset of the restart lattice's corners (×0.6 and ×1.65 of the start)."""
 _MIN_SENSITIVITY = 0.05
 """A factor whose 10% change moves no residual by this much is not determined by the data."""
 
@@ -112,13 +121,12 @@ class Twin:
 
     def __post_init__(self) -> None:
         self.start = self.factors
-        spec = self.spec(self.space.defaults())
         try:
-            config = engine_config(spec)
-        except EngineConfigError as exc:
+            get_model(self.space.model)
+            self.gpu = get_gpu(self.space.gpu).name
+        except UnknownCatalogEntry as exc:
             raise TwinUnavailable(
                 f"the twin cannot model space {self.space.name!r}: {exc}") from None
-        self.gpu = config.gpu.name
         self.prior = shipped_calibration(self.gpu)
 
     # --- predicting ----------------------------------------------------------------
@@ -135,7 +143,8 @@ class Twin:
             return cached
         started = time.process_time()
         spec = self.spec(params)
-        result = run_virtual_trial(spec if full else _screening(spec), per_request=False,
+        result = run_virtual_trial(_checking(spec) if full else _screening(spec),
+                                   per_request=False,
                                    calibration=self.factors.apply(self.prior))
         self.screen_s += time.process_time() - started
         prediction = Prediction(
@@ -160,8 +169,32 @@ class Twin:
                 trials.append(result.trial_id)
         if not points:
             return None
-        theta = np.array(self.factors.as_log())
         anchor = np.array(self.start.as_log())
+        theta, r, fitted = self._gauss_newton(points, np.array(self.factors.as_log()), anchor)
+        if _rms(r) > _GOOD_FIT:
+            # Stuck (the p99 of a finite run is not smooth in the factors): restart from
+            # the best corners of a coarse lattice around the start, keep the best end.
+            lattice = sorted(
+                (_loss(self._residuals(points, anchor + np.array(offset)),
+                       anchor + np.array(offset), anchor), offset)
+                for offset in itertools.product((-_LATTICE, 0.0, _LATTICE), repeat=3))
+            for _, offset in lattice[:2]:
+                t2, r2, f2 = self._gauss_newton(points, anchor + np.array(offset), anchor)
+                if _loss(r2, t2, anchor) < _loss(r, theta, anchor):
+                    theta, r, fitted = t2, r2, f2
+        self.factors = TwinFactors.from_log(list(theta))
+        names = ("compute", "memory", "overhead")
+        report = FitReport(self.factors, _rms(r), tuple(trials),
+                           len(points), tuple(names[j] for j in sorted(fitted)),
+                           time.process_time() - started)
+        self.fits.append(report)
+        return report
+
+    def _gauss_newton(self, points: Sequence[_Point], theta: np.ndarray, anchor: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray, set[int]]:
+        """Damped Gauss-Newton from ``theta``, ridge-pulled toward ``anchor``; returns the
+        end point, its residuals and the factors the data moved."""
+        theta = np.array(TwinFactors.from_log(list(theta)).as_log())
         r = self._residuals(points, theta)
         loss = _loss(r, theta, anchor)
         fitted: set[int] = set()
@@ -194,13 +227,7 @@ class Twin:
                 damping *= 10
                 if damping > 10:
                     break
-        self.factors = TwinFactors.from_log(list(theta))
-        names = ("compute", "memory", "overhead")
-        report = FitReport(self.factors, float(math.sqrt(np.mean(r**2))), tuple(trials),
-                           len(points), tuple(names[j] for j in sorted(fitted)),
-                           time.process_time() - started)
-        self.fits.append(report)
-        return report
+        return theta, r, fitted
 
     def _residuals(self, points: Sequence[_Point], theta: np.ndarray) -> np.ndarray:
         calibration = TwinFactors.from_log(list(theta)).apply(self.prior)
@@ -210,6 +237,10 @@ class Twin:
             for metric, observed in point.observed.items():
                 out.append(_log_ratio(simulated.get(metric)) - _log_ratio(observed))
         return np.array(out)
+
+
+def _rms(r: np.ndarray) -> float:
+    return float(math.sqrt(np.mean(r**2))) if len(r) else 0.0
 
 
 def _loss(r: np.ndarray, theta: np.ndarray, anchor: np.ndarray) -> float:
@@ -234,6 +265,16 @@ def _screening(spec: TrialSpec) -> TrialSpec:
         "relative_tolerance": max(search.relative_tolerance, 0.05),
         "max_probes": min(search.max_probes, 8)})
     return spec.model_copy(update={"workload": workload, "capacity": capacity})
+
+
+def _checking(spec: TrialSpec) -> TrialSpec:
+    """``spec`` with its capacity bracketed finely (a few more probes)."""
+    search = spec.capacity
+    tolerance = min(search.relative_tolerance, CHECK_TOLERANCE)
+    if tolerance == search.relative_tolerance:
+        return spec
+    return spec.model_copy(update={"capacity": search.model_copy(update={
+        "relative_tolerance": tolerance, "max_probes": search.max_probes + 4})})
 
 
 def _points(spec: TrialSpec, result: TrialResult) -> list[_Point]:

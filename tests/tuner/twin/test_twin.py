@@ -9,7 +9,8 @@ from typing import Any
 import optuna
 import pytest
 
-from tests.tuner.twin.truth import small_space, write_truth
+from tests.tuner.twin.truth import SMALL, TRUTH, small_space, write_truth
+from tuner.spaces import parse_space
 from tuner.strategies import TwinStrategy, make_strategy, params_key
 from tuner.twin.factors import TwinFactors
 from tuner.twin.model import Twin
@@ -18,9 +19,6 @@ from workers.sim.calibration import CALIBRATION_ENV, shipped_calibration
 from workers.sim_trial import run_virtual_trial
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-
-TRUTH = {"compute": 0.7, "memory": 1.3, "overhead": 1.5}
-"""The perturbed truth of these tests: slower kernels, faster memory, heavier overheads."""
 
 
 @pytest.fixture
@@ -51,27 +49,26 @@ def test_factors_scale_their_group_of_the_prior_and_stay_in_bounds() -> None:
 
 def test_the_twin_predicts_from_its_prior_whatever_truth_the_engine_runs(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    config = {"max_num_seqs": 128, "max_num_batched_tokens": 512, "enable_chunked_prefill": True}
+    config = {"max_num_seqs": 64, "max_num_batched_tokens": 512}
     blind = Twin(small_space()).predict(config, full=True)
     monkeypatch.setenv(CALIBRATION_ENV, str(write_truth(tmp_path / "t.json", "l40s", **TRUTH)))
     assert Twin(small_space()).predict(config, full=True) == blind
     # ... while the engine itself does run on the truth, and measures something else
-    assert measure(config).objective < 0.8 * blind.objective
+    assert measure(config).objective > 1.5 * blind.objective
 
 
 def test_refused_configurations_are_predicted_refused() -> None:
-    twin = Twin(small_space())
-    refused = twin.predict({"max_num_seqs": 8, "max_num_batched_tokens": 512,
-                            "enable_chunked_prefill": False})
+    # without chunked prefill a step must hold a whole max_model_len prompt: vLLM refuses
+    twin = Twin(parse_space({**SMALL, "fixed": {"max_model_len": 2048,
+                                                "enable_chunked_prefill": False}}))
+    refused = twin.predict({"max_num_seqs": 8, "max_num_batched_tokens": 512})
     assert refused.failure == "invalid_config" and refused.objective == 0
 
 
 def test_a_fit_on_two_measured_trials_predicts_a_third_it_never_saw(truth: Path) -> None:
-    seen = [{"max_num_seqs": 32, "max_num_batched_tokens": 512, "enable_chunked_prefill": True},
-            {"max_num_seqs": 128, "max_num_batched_tokens": 2048,
-             "enable_chunked_prefill": True}]
-    unseen = {"max_num_seqs": 128, "max_num_batched_tokens": 512,
-              "enable_chunked_prefill": True}
+    seen = [{"max_num_seqs": 16, "max_num_batched_tokens": 512},
+            {"max_num_seqs": 64, "max_num_batched_tokens": 4096}]
+    unseen = {"max_num_seqs": 64, "max_num_batched_tokens": 512}
     actual = measure(unseen).objective
     twin = Twin(small_space())
     before = twin.predict(unseen, full=True).objective
