@@ -4,24 +4,26 @@ The simulator needs a model's shape, nothing else: the width and depth of its la
 its attention heads (query, key-value, their size), its MLP width, vocabulary and
 context window. :func:`model_spec_from_config` reads them from a ``config.json`` dict
 for the dense decoder families vLLM users serve most (:data:`SUPPORTED_MODEL_TYPES`),
-filling what a file leaves out with the default Hugging Face's config class of that
-family would use (so the simulator sees the model ``transformers`` and vLLM load):
+filling what a file leaves out with the default of that family's Hugging Face config
+class (so the simulator sees the model ``transformers`` and vLLM load):
 
-=============== ============================ ================== =====================
-model_type      head_dim when absent         tie_word_embeddings q/k/v bias
-=============== ============================ ================== =====================
-llama           hidden_size // heads         false              ``attention_bias``
-mistral         hidden_size // heads         false              none
-qwen2           hidden_size // heads         false              always
-qwen3           128                          false              ``attention_bias``
-gemma, gemma2,  256                          true               ``attention_bias``
+=============== ===================== =================== ==================
+model_type      head_dim when absent  tie_word_embeddings q/k/v bias
+=============== ===================== =================== ==================
+llama           hidden_size // heads  false               ``attention_bias``
+mistral         hidden_size // heads  false               none
+qwen2           hidden_size // heads  false               always
+qwen3           128                   false               ``attention_bias``
+gemma, gemma2,  256                   true                ``attention_bias``
 gemma3_text
-=============== ============================ ================== =====================
+=============== ===================== =================== ==================
 
 ``num_key_value_heads`` defaults to ``num_attention_heads`` (multi-head attention), as
-in every one of those classes. The other facts are required: a config that lacks one,
-a mixture-of-experts config (:data:`MOE_FIELDS`), or any other ``model_type`` is
-refused with :class:`ModelConfigError`, naming the file and the field, never guessed.
+``LlamaConfig`` does; the other families' classes default it to a constant instead, but
+their published configs always state it. The other facts are required: a config that
+lacks one, a mixture-of-experts config (:data:`MOE_FIELDS`), or any other
+``model_type`` is refused with :class:`ModelConfigError`, naming the file and the
+field, never guessed.
 
 What the simulator does not model of these families, and prices as plain full
 attention: sliding-window layers (Mistral v0.1, Gemma 2/3) hold a whole context of KV
