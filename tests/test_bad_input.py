@@ -374,6 +374,10 @@ API_CASES = {
     "inline-trace-path": ({"workload": {"dataset": {"kind": "trace",
                                                     "path": "../../etc/passwd"}}},
                           422, "file name only"),
+    "inline-device-file": ({"space": space_with(gpu="/etc/passwd.yaml")}, 422,
+                           "over the API give a catalogue GPU name"),
+    "inline-sim-model-dir": ({"space": space_with(model="/etc")}, 422,
+                             "a model directory is read where the space is loaded"),
     "unknown-knob": ({"space": space_with(knobs__nosuchknob={"type": "bool"})}, 422,
                      "nosuchknob: not an argument the sim engine takes"),
     "gpu-mem": ({"space": space_with(knobs__gpu_memory_utilization={

@@ -518,8 +518,9 @@ class TrialSpec(_Strict):
     capacity: CapacitySearch = Field(default_factory=CapacitySearch)
     timeouts: TrialTimeouts = Field(default_factory=TrialTimeouts)
     gpu: str = Field("h100-sxm", min_length=1)
-    """The GPU type the trial targets: the catalogue GPU the simulated engine models; for
-    a real engine the space's GPU kind (a typed cluster maps it to its nodes' label)."""
+    """The GPU type the trial targets: the catalogue GPU (or the absolute path of the
+    device file) the simulated engine models; for a real engine the space's GPU kind (a
+    typed cluster maps it to its nodes' label)."""
     sim: SimOptions = Field(default_factory=SimOptions)
     """The simulated engine's options (only engine ``sim`` takes any but the defaults)."""
     device: Device = "gpu"

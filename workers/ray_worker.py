@@ -13,7 +13,8 @@ resource, one unit per GPU: ``ray start --num-gpus 2 --resources
 comes from the spec:
 
 * engine ``sim``: ``spec.gpu`` (the simulated GPU, a catalogue name such as
-  ``rtx4090``), renamed by ``$SLOTUNE_GPU_TYPES`` when it has an entry;
+  ``rtx4090``, or the ``name`` inside a device file), renamed by ``$SLOTUNE_GPU_TYPES``
+  when it has an entry;
 * engine ``vllm``: only through the mapping in ``$SLOTUNE_GPU_TYPES``, from the space's
   GPU kind to the node's label, e.g. ``SLOTUNE_GPU_TYPES="h100-sxm=h100-sxm,a100-80g=a100"``.
   Without an entry, a vLLM trial asks for GPUs of any type (the catalogue default must

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,8 @@ from tuner.spaces import (
     load_space,
     parse_space,
 )
+from workers.loadgen.workload_files import load_workload
+from workers.sim_trial import run_virtual_trial
 
 SHIPPED = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "search_spaces").glob(
     "*.yaml"))
@@ -182,6 +185,77 @@ def test_engine_binary_and_a_local_model_directory(tmp_path: Path) -> None:
         parse_space({**MINIMAL, "engine_binary": "/opt/v/bin/vllm"})
     # A Hugging Face name stays a name; an absolute path names a directory on the workers.
     assert parse_space(_vllm_space(model="/models/llama")).model == "/models/llama"
+
+
+# --- simulated spaces: any model directory, any device file ------------------------------
+
+
+TINY_QWEN3 = {"model_type": "qwen3", "hidden_size": 1024, "num_hidden_layers": 28,
+              "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
+              "intermediate_size": 3072, "vocab_size": 151936,
+              "max_position_embeddings": 8192, "tie_word_embeddings": True}
+B200 = {"name": "b200", "device_name": "NVIDIA B200", "memory_gib": 180, "bf16_tflops": 2250,
+        "fp8_tflops": 4500, "memory_bandwidth_gbps": 8000, "interconnect_gbps": 900}
+
+
+def _sim_files(tmp_path: Path, config: dict[str, object] | None = None,
+               device: dict[str, object] | None = None) -> None:
+    model = tmp_path / "models" / "tiny-qwen3"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text(json.dumps(config or TINY_QWEN3))
+    (tmp_path / "gpus").mkdir()
+    (tmp_path / "gpus" / "b200.yaml").write_text(yaml.safe_dump(device or B200))
+
+
+def test_a_sim_space_runs_a_model_directory_on_a_device_file(tmp_path: Path) -> None:
+    _sim_files(tmp_path)
+    path = write(tmp_path, {**MINIMAL, "model": "./models/tiny-qwen3",
+                            "gpu": "./gpus/b200.yaml"})
+    space = load_space(path)
+    # both relative to the space file, stored absolute: the trial specs carry them
+    assert space.model == str((tmp_path / "models" / "tiny-qwen3").resolve())
+    assert space.gpu == str((tmp_path / "gpus" / "b200.yaml").resolve())
+    workload, _ = load_workload("lab")
+    workload = workload.model_copy(update={"num_prompts": 20, "warmup_requests": 0})
+    spec = space.to_trial_spec(space.defaults(), "t0", workload=workload)
+    assert (spec.model, spec.gpu) == (space.model, space.gpu)
+    result = run_virtual_trial(spec)
+    assert result.status == "ok" and result.objective > 0, result.failure_message
+    assert result.engine.gpu_name == "NVIDIA B200" and result.engine.resolved_config[
+        "sim_gpu"] == "b200"
+    # the model's own facts bound the space: its context window is 8192 tokens
+    with pytest.raises(SpaceError, match=r"beyond .*context window \(8192 tokens"):
+        load_space(write(tmp_path, {**MINIMAL, "model": "./models/tiny-qwen3",
+                                    "fixed": {"max_model_len": 16384}}, "long.yaml"))
+
+
+def test_a_sim_space_refuses_a_config_json_it_cannot_model_naming_the_field(
+        tmp_path: Path) -> None:
+    _sim_files(tmp_path, config={k: v for k, v in TINY_QWEN3.items() if k != "vocab_size"})
+    with pytest.raises(SpaceError) as info:
+        load_space(write(tmp_path, {**MINIMAL, "model": "./models/tiny-qwen3"}))
+    assert "lacks 'vocab_size'" in str(info.value) and "tiny-qwen3" in str(info.value)
+    with pytest.raises(SpaceError, match=r"unknown model 'Foo/Bar-1B'.*engine: vllm"):
+        parse_space({**MINIMAL, "model": "Foo/Bar-1B"})
+
+
+def test_a_bad_device_file_is_a_space_error_naming_the_field(tmp_path: Path) -> None:
+    _sim_files(tmp_path, device={**B200, "memory_bandwidth_gbps": -8000})
+    path = write(tmp_path, {**MINIMAL, "gpu": "./gpus/b200.yaml"})
+    with pytest.raises(SpaceError) as info:
+        load_space(path)
+    message = str(info.value)
+    assert str(path) in message and "gpu" in message
+    assert "memory_bandwidth_gbps must be a positive number" in message
+    assert str((tmp_path / "gpus" / "b200.yaml").resolve()) in message
+    with pytest.raises(SpaceError, match="does not exist"):
+        load_space(write(tmp_path, {**MINIMAL, "gpu": "./gpus/missing.yaml"}, "m.yaml"))
+
+
+def test_a_device_file_is_for_the_simulated_engine_only(tmp_path: Path) -> None:
+    _sim_files(tmp_path)
+    with pytest.raises(SpaceError, match="a device file describes a GPU to the simulated"):
+        load_space(write(tmp_path, _vllm_space(gpu="./gpus/b200.yaml")))
 
 
 # --- lossy values and the quality gate ---------------------------------------------------

@@ -6,11 +6,19 @@ Knobs are vLLM argument names; each has a type (``int``, ``float``, ``log``,
 default, which strategies try first. Rules are checked before anything boots: vLLM's
 two cross-knob checks are built in, the space adds its own.
 
+A simulated space (``engine: sim``) models any model the simulator can read — a
+catalogue name, ``model: ./my-model`` (a directory with a ``config.json``, relative to
+the space file) or a Hugging Face name cached locally — on a catalogue GPU or a device
+file of datasheet numbers, ``gpu: ./b200.yaml`` (relative to the space file;
+:mod:`workers.sim.device_file`). Both paths are stored absolute, so the trial specs
+carry them to the workers; a config.json or device file the simulator cannot use is a
+space error naming the file and the field.
+
 Checked at load time, so a bad space fails in a second instead of after a boot: every
 knob and fixed argument is one the engine takes (or is declared in
 ``allowed_extra_args``); counts (``max_num_seqs``, ``max_model_len``, …) are integers
 >= 1; ``gpu_memory_utilization`` is in (0, 1]; ``max_model_len`` fits the model's
-context window when the model is in the simulator's catalogue. Files are read with
+context window when the simulator knows the model. Files are read with
 :func:`workers.safe_yaml.load_yaml_file` (1 MiB, no aliases, no language tags).
 """
 
@@ -54,7 +62,9 @@ from workers.contracts import (
 from workers.engines import ENGINES
 from workers.loadgen.workload_files import WorkloadError, load_workload, parse_workload
 from workers.safe_yaml import YamlInputError, load_yaml_file
-from workers.sim.catalog import GPUS, MODELS, UnknownCatalogEntry, get_gpu, get_model
+from workers.sim.catalog import GPUS, UnknownCatalogEntry, get_gpu, get_model
+from workers.sim.device_file import is_device_file
+from workers.sim.model_config import ModelConfigError
 
 __all__ = [
     "BUILTIN_RULES",
@@ -272,13 +282,15 @@ class SearchSpace(_Strict):
     description: str = ""
     engine: EngineKind = "sim"
     model: str = Field(min_length=1)
-    """A Hugging Face name, or (vllm) a model directory: ``/abs`` (as the workers see it),
-    or ``./rel`` / ``~/…`` on this machine (relative to the space file; must hold a
-    ``config.json``; stored absolute)."""
+    """A Hugging Face name, or a model directory: ``/abs`` (as the workers see it), or
+    ``./rel`` / ``~/…`` on this machine (relative to the space file; must hold a
+    ``config.json``; stored absolute). sim: a name the simulator knows (its catalogue,
+    or cached locally) or a directory whose ``config.json`` it can model."""
     gpu: str = "h100-sxm"
-    """sim: a catalogue GPU (``--sim-gpu``; earlier spaces gave it as ``sim.gpu``).
-    vllm: the GPU kind the trials run on (a catalogue name or any label, e.g. ``b200``),
-    or ``cpu`` for vLLM's CPU build."""
+    """sim: a catalogue GPU (``--sim-gpu``; earlier spaces gave it as ``sim.gpu``), or a
+    device file of datasheet numbers (``./b200.yaml``, relative to the space file;
+    stored absolute). vllm: the GPU kind the trials run on (a catalogue name or any
+    label, e.g. ``b200``), or ``cpu`` for vLLM's CPU build."""
     engine_binary: str | None = Field(None, min_length=1)
     """vllm: the ``vllm`` executable (default: the worker's ``SLOTUNE_VLLM_BIN``, else
     ``vllm`` on PATH)."""
@@ -305,7 +317,11 @@ class SearchSpace(_Strict):
 
     @field_validator("gpu")
     @classmethod
-    def _gpu_name(cls, value: str) -> str:
+    def _gpu_name(cls, value: str, info: ValidationInfo) -> str:
+        if is_device_file(value):
+            path = _space_path(value, info)
+            get_gpu(str(path))  # refused now, naming the field, not on every worker later
+            return str(path)
         try:
             return get_gpu(value).name
         except UnknownCatalogEntry:
@@ -320,8 +336,7 @@ class SearchSpace(_Strict):
     def _model_path(cls, value: str, info: ValidationInfo) -> str:
         if not value.startswith(("./", "../", "~")):
             return value  # a Hugging Face name, or a directory on the workers (absolute)
-        base = (info.context or {}).get("base_dir") or Path.cwd()
-        path = (Path(base) / Path(value).expanduser()).resolve()
+        path = _space_path(value, info)
         if not (path / "config.json").is_file():
             raise ValueError(f"model directory {path} has no config.json; give a Hugging "
                              "Face name or a directory holding the model's files")
@@ -368,20 +383,24 @@ class SearchSpace(_Strict):
         return self
 
     def _check_device(self) -> None:
-        if self.engine == "sim" and self.gpu not in GPUS:
+        if self.engine == "sim" and self.gpu not in GPUS and not is_device_file(self.gpu):
             raise ValueError(f"gpu {self.gpu!r}: the simulated engine models catalogue GPUs "
-                             f"only; valid: {', '.join(sorted(GPUS))}")
+                             f"({', '.join(sorted(GPUS))}) or a device file of datasheet "
+                             "numbers (./my-gpu.yaml)")
+        if self.engine != "sim" and is_device_file(self.gpu):
+            raise ValueError(f"gpu {self.gpu!r}: a device file describes a GPU to the "
+                             f"simulated engine; engine {self.engine} takes the GPU kind its "
+                             "trials run on (a name such as b200)")
         problem = engine_options_problem(self.engine, self.sim, self.engine_binary, "space")
         if problem is not None:
             raise ValueError(problem)
         if self.engine == "sim":
             try:
                 get_model(self.model)
-            except UnknownCatalogEntry:
-                raise ValueError(
-                    f"model {self.model!r}: the simulated engine models catalogue models only; "
-                    f"valid: {', '.join(sorted(MODELS))} (a local directory or any other "
-                    "Hugging Face name needs engine: vllm)") from None
+            except ModelConfigError as exc:
+                raise ValueError(str(exc)) from None  # names the file and the field
+            except UnknownCatalogEntry as exc:
+                raise ValueError(f"{exc} (engine: vllm serves any model)") from None
 
     def _check_engine_args(self) -> None:
         """Every argument is one the engine takes, with a plausible value."""
@@ -540,6 +559,13 @@ class SearchSpace(_Strict):
 
 CPU_DEVICE = "cpu"
 _LABEL = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+
+
+def _space_path(value: str, info: ValidationInfo) -> Path:
+    """A path a space gives (``./x``, ``~/x``, ``/abs``), absolute: a relative one is taken
+    from the space file's directory (``base_dir`` in the validation context)."""
+    base = (info.context or {}).get("base_dir") or Path.cwd()
+    return (Path(base) / Path(value).expanduser()).resolve()
 
 
 # --- loading -----------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from workers.engines.base import EngineAdapter, flag_args
 from workers.sim.catalog import UnknownCatalogEntry, get_gpu
+from workers.sim.device_file import is_device_file
 
 if TYPE_CHECKING:
     from workers.contracts import TrialSpec
@@ -50,8 +51,13 @@ class SimEngine(EngineAdapter):
     @classmethod
     def gpu_type(cls, spec: TrialSpec, labels: Mapping[str, str]) -> str | None:
         # The simulator models one catalogue GPU: its trials go where that type is
-        # declared (under the cluster's label for it, else under its own name).
-        return labels.get(spec.gpu, spec.gpu)
+        # declared (under the cluster's label for it, else under its own name). A device
+        # file's GPU goes by the name inside the file, not by the file's path.
+        name = spec.gpu
+        if is_device_file(name):
+            with contextlib.suppress(UnknownCatalogEntry):
+                name = get_gpu(name).name
+        return labels.get(name, name)
 
     def command(self, port: int) -> list[str]:
         sim = self.spec.sim

@@ -547,7 +547,8 @@ def _bool_flag(parser: argparse.ArgumentParser, name: str, default: bool, help_t
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     """vLLM's flag names (as ``vllm serve`` spells them) plus the simulator's own."""
-    parser.add_argument("model", help="model name, e.g. Qwen/Qwen2.5-7B-Instruct")
+    parser.add_argument("model", help="model name, e.g. Qwen/Qwen2.5-7B-Instruct, or a local "
+                                      "directory holding a config.json")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--served-model-name", default=None)
@@ -569,8 +570,11 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     # The --sim-* defaults can come from SLOTUNE_SIM_* variables, so a launcher that only
     # speaks vLLM's flags (the vllm adapter pointed at this entry) can still pick them.
     env = os.environ.get
-    parser.add_argument("--sim-gpu", choices=SIM_GPUS, default=env("SLOTUNE_SIM_GPU", "h100-sxm"),
-                        help="the simulated GPU type (env SLOTUNE_SIM_GPU)")
+    # No argparse choices: a device file's path is a GPU too; build_config refuses an
+    # unknown one with the list of valid names.
+    parser.add_argument("--sim-gpu", default=env("SLOTUNE_SIM_GPU", "h100-sxm"),
+                        help=f"the simulated GPU type: {', '.join(SIM_GPUS)} (or an alias), or "
+                             "the path of a device file (.yaml/.yml/.json; env SLOTUNE_SIM_GPU)")
     parser.add_argument("--sim-seed", type=int, default=int(env("SLOTUNE_SIM_SEED", "0")))
     parser.add_argument("--sim-noise", type=float, default=float(env("SLOTUNE_SIM_NOISE", "0")),
                         help="run-to-run jitter of step times (relative std dev); 0 = exact")

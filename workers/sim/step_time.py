@@ -39,9 +39,11 @@ class BadInput(ValueError):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", help="Hugging Face model name (see the simulator's catalogue)")
+    parser.add_argument("model", help="Hugging Face model name (the simulator's catalogue, or "
+                                      "one cached locally) or a directory with a config.json")
     parser.add_argument("--sim-gpu", required=True,
-                        help="GPU type: a100-80g, h100-sxm, h200, l40s, rtx4090 (or an alias)")
+                        help="GPU type: a100-80g, h100-sxm, h200, l40s, rtx4090 (or an alias), "
+                             "or the path of a device file (.yaml/.yml/.json)")
     parser.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
     parser.add_argument("--prefill-tokens", type=int, default=0,
                         help="prompt tokens computed this step (one fresh prompt)")

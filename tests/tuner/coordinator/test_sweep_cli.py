@@ -92,7 +92,7 @@ def test_user_mistakes_get_one_line_and_exit_2(migrated_url: str, tmp_path: Path
         (["sweep", "run", "--deadline", "2020-01-01T07:00", "--database-url", migrated_url],
          "is in the past"),
         (["sweep", "run", "--space", str(unknown_model), "--database-url", migrated_url],
-         "the simulated engine models catalogue models only"),
+         "unknown model 'Foo/Bar-1B'"),
         (["sweep", "run", "--space", str(shadow), "--database-url", migrated_url],
          "not a field name"),
         (["sweep", "status", "999999", "--database-url", migrated_url], "999999"),

@@ -19,6 +19,7 @@ from tuner.spaces import SpaceError
 from tuner.sweeps import REQUEST_ERRORS, SweepRequest, queue_sweep, resolve
 from workers.contracts import SLO
 from workers.loadgen import WorkloadError
+from workers.sim.device_file import is_device_file
 
 router = APIRouter(prefix="/sweeps", tags=["sweeps"], responses=ERROR_RESPONSES)
 log = logging.getLogger("slotune.api")
@@ -129,6 +130,7 @@ def _refuse_paths(request: SweepRequest) -> None:
     inline = [(["body", "workload"], request.workload)]
     if isinstance(request.space, dict):
         inline.append((["body", "space", "workload"], request.space.get("workload")))
+        _refuse_sim_files(request.space)
     for loc, workload in inline:
         dataset = workload.get("dataset") if isinstance(workload, dict) else None
         path = dataset.get("path") if isinstance(dataset, dict) else None
@@ -136,3 +138,22 @@ def _refuse_paths(request: SweepRequest) -> None:
             raise InvalidInput([*loc, "dataset", "path"], f"trace path {path!r}: over the "
                                "API a trace is named by its file name only (e.g. "
                                "'chat.jsonl'), looked up under $SLOTUNE_HOME; no directories")
+
+
+def _refuse_sim_files(space: dict[str, Any]) -> None:
+    """An inline space may not point the server at its own files: a device file (``gpu``)
+    or, for the simulated engine, a model directory would be read here to check it."""
+    sim = space.get("sim")
+    for loc, gpu in ((["body", "space", "gpu"], space.get("gpu")),
+                     (["body", "space", "sim", "gpu"],
+                      sim.get("gpu") if isinstance(sim, dict) else None)):
+        if isinstance(gpu, str) and is_device_file(gpu):
+            raise InvalidInput(loc, f"gpu {gpu!r}: over the API give a catalogue GPU name; a "
+                               "device file is read where the space is loaded (use the CLI "
+                               "with the space file)")
+    model = space.get("model")
+    if space.get("engine", "sim") == "sim" and isinstance(model, str) \
+            and model.strip().startswith(("/", "~", ".")):
+        raise InvalidInput(["body", "space", "model"], f"model {model!r}: over the API a "
+                           "simulated space names its model; a model directory is read where "
+                           "the space is loaded (use the CLI with the space file)")
