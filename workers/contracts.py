@@ -656,6 +656,9 @@ class CapacityProbe(_Strict):
     prefix_cache_hit_tokens: float | None = None
     """Prompt tokens served from the prefix cache during this probe (the engine's counter;
     None when its metrics were not scraped)."""
+    medians_ms: dict[str, float] = Field(default_factory=dict)
+    """Median TTFT and TPOT (ms) of the probe's completed requests. Smooth in the engine's
+    speed where a short probe's p99 is one request's luck: the twin fits both."""
 
 
 class QualityVerdict(_Strict):

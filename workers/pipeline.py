@@ -172,6 +172,12 @@ def capacity_search(search: CapacitySearch, start_rate: float
     return low
 
 
+def probe_medians(score: Score) -> dict[str, float]:
+    """The median TTFT and TPOT of a run, ms (those it measured)."""
+    return {metric: summary.median for metric in ("ttft", "tpot")
+            if (summary := score.summaries.get(metric)) is not None and summary.median > 0}
+
+
 def probe_workload(spec: TrialSpec, rate: float, index: int) -> Workload:
     """Capacity probe ``index`` at ``rate``: its own prompts, the probe's prompt count,
     and the workload's warm-up on the first probe only (the engine stays up between
@@ -310,7 +316,8 @@ async def _capacity(spec: TrialSpec, backend: Backend, timings: dict[str, float 
         probes.append(CapacityProbe(
             request_rate=rate, gate_passed=held, request_goodput=sc.request_goodput,
             ratios={c.metric: c.constraint + 1.0 for c in sc.checks},
-            prefix_cache_hit_tokens=measured.run.scrape.counters.get(PREFIX_HITS)))
+            prefix_cache_hit_tokens=measured.run.scrape.counters.get(PREFIX_HITS),
+            medians_ms=probe_medians(sc)))
         try:
             rate = search.send(held)
         except StopIteration as done:

@@ -110,6 +110,13 @@ def test_capacity_mode_brackets_and_bisects_the_rate() -> None:
     assert max(passed) == r.capacity and failed and min(failed) > r.capacity
     assert (min(failed) - r.capacity) / r.capacity <= 0.05 or len(r.capacity_probes) == 10
     assert r.capacity_probes[0].request_rate == 2.0
+    for probe in r.capacity_probes:  # medians beside the p99s (what the twin fits)
+        assert set(probe.medians_ms) == {"ttft", "tpot"}
+        assert 0 < probe.medians_ms["ttft"] <= probe.ratios["ttft"] * 300
+        assert 0 < probe.medians_ms["tpot"] <= probe.ratios["tpot"] * 50
+    slower = [p.medians_ms["tpot"] for p in sorted(r.capacity_probes,
+                                                   key=lambda p: p.request_rate)]
+    assert slower[-1] > slower[0]  # a busier engine decodes each token more slowly
     one = run_virtual_trial(spec(workload=lab(n=60, rate=2.0)))
     assert r.timings.measure_s is not None and one.timings.measure_s is not None
     assert r.timings.measure_s > one.timings.measure_s  # every probe is charged

@@ -11,10 +11,10 @@ Three costs shape it:
   (:data:`SCREEN_PROMPTS` requests per probe, a looser bracket), milliseconds to a
   second of CPU; predictions are cached per (configuration, factors);
 * **checking** re-predicts the configuration about to boot with the full virtual trial
-  (the space's own workload, the capacity bracketed to :data:`CHECK_TOLERANCE`): that is
-  the prediction recorded against the measurement;
-* **fitting** re-simulates, per measured trial, the two probes that bracket its capacity
-  (or its one run, in goodput mode) and matches the p99 TTFT and TPOT the real engine
+  (the space's own workload and capacity search, so the prediction is of the measurement
+  itself, bracket and all): that is the prediction recorded against the measurement;
+* **fitting** re-simulates, per measured trial, the probes nearest its capacity (or its
+  one run, in goodput mode) and matches the median and p99 TTFT and TPOT the real engine
   saw there: Gauss-Newton in log space on the factors the data moves (a factor no probe
   is sensitive to stays where it was), bounded, and pulled gently toward its start.
 """
@@ -34,7 +34,7 @@ from tuner.strategies._base import params_key
 from tuner.strategies._ranking import NOISE_TOLERANCE
 from tuner.twin.factors import TwinFactors
 from workers.contracts import KnobValue, TrialResult, TrialSpec
-from workers.pipeline import probe_workload
+from workers.pipeline import probe_medians, probe_workload
 from workers.sim.calibration import RooflineCalibration, shipped_calibration
 from workers.sim.catalog import UnknownCatalogEntry, get_gpu, get_model
 from workers.sim_trial import engine_config, measure, run_virtual_trial
@@ -43,9 +43,9 @@ __all__ = ["FitReport", "Prediction", "Twin", "TwinUnavailable"]
 
 SCREEN_PROMPTS = 80
 """Requests per probe when screening: enough for a p99 of the right size, 4-10× cheaper."""
-CHECK_TOLERANCE = 0.01
-"""Relative width of the capacity bracket of a check: finer than a measurement's, so the
-prediction is a rate, not the end of a coarse bracket."""
+SCREEN_TOLERANCE = 0.1
+"""Capacity bracket of a screening prediction: it ranks, the check measures."""
+SCREEN_PROBES = 6
 FIT_PROMPTS = 160
 """Requests per re-simulated probe when fitting (the first ones of the probe the engine ran)."""
 PRIOR_BAND = 0.5
@@ -59,7 +59,11 @@ _RATIO_CAP = 4.0
 """p99/target beyond this says only "far over": clipped so a saturated probe cannot dominate."""
 _STEP = 0.1
 """Finite-difference step of the fit, in log-factor units."""
-_GOOD_FIT = 0.05
+_P99_WEIGHT = 0.5
+"""Weight of a p99 residual beside a median's: the p99 of a short probe is noisier."""
+_PROBES_PER_TRIAL = 3
+"""Probes of each trial the fit re-simulates (the nearest to its capacity)."""
+_GOOD_FIT = 0.1
 """RMS log-ratio residual below which a fit is not second-guessed."""
 _LATTICE = 0.5
 """Log-offset of the restart lattice's corners (×0.6 and ×1.65 of the start)."""
@@ -103,6 +107,9 @@ class _Point:
     rate: float
     index: int
     observed: Mapping[str, float]
+    """p99 ÷ target per SLO metric."""
+    medians_ms: Mapping[str, float]
+    """Median TTFT / TPOT (ms): smooth where a short probe's p99 is one request."""
 
 
 @dataclass
@@ -143,8 +150,7 @@ class Twin:
             return cached
         started = time.process_time()
         spec = self.spec(params)
-        result = run_virtual_trial(_checking(spec) if full else _screening(spec),
-                                   per_request=False,
+        result = run_virtual_trial(spec if full else _screening(spec), per_request=False,
                                    calibration=self.factors.apply(self.prior))
         self.screen_s += time.process_time() - started
         prediction = Prediction(
@@ -233,9 +239,13 @@ class Twin:
         calibration = TwinFactors.from_log(list(theta)).apply(self.prior)
         out: list[float] = []
         for point in points:
-            simulated = _simulated_ratios(point, calibration)
+            ratios, medians = _simulated(point, calibration)
             for metric, observed in point.observed.items():
-                out.append(_log_ratio(simulated.get(metric)) - _log_ratio(observed))
+                out.append(_P99_WEIGHT * (_log_ratio(ratios.get(metric))
+                                          - _log_ratio(observed)))
+            for metric, median in point.medians_ms.items():
+                simulated = medians.get(metric)
+                out.append(math.log(simulated / median) if simulated else math.log(_RATIO_CAP))
         return np.array(out)
 
 
@@ -262,51 +272,42 @@ def _screening(spec: TrialSpec) -> TrialSpec:
         "prompts_per_probe": None if search.prompts_per_probe is None
         else min(search.prompts_per_probe, SCREEN_PROMPTS),
         "min_probe_s": None,
-        "relative_tolerance": max(search.relative_tolerance, 0.05),
-        "max_probes": min(search.max_probes, 8)})
+        "relative_tolerance": max(search.relative_tolerance, SCREEN_TOLERANCE),
+        "max_probes": min(search.max_probes, SCREEN_PROBES)})
     return spec.model_copy(update={"workload": workload, "capacity": capacity})
 
 
-def _checking(spec: TrialSpec) -> TrialSpec:
-    """``spec`` with its capacity bracketed finely (a few more probes)."""
-    search = spec.capacity
-    tolerance = min(search.relative_tolerance, CHECK_TOLERANCE)
-    if tolerance == search.relative_tolerance:
-        return spec
-    return spec.model_copy(update={"capacity": search.model_copy(update={
-        "relative_tolerance": tolerance, "max_probes": search.max_probes + 4})})
-
-
 def _points(spec: TrialSpec, result: TrialResult) -> list[_Point]:
-    """The measurements of ``result`` the fit matches: the probes that bracket its
-    capacity (the most informative: just held, just broke), or its one goodput run."""
+    """The measurements of ``result`` the fit matches: the probes nearest its capacity
+    (the ones that just held and just broke tell the most; the farther ones pin down the
+    factors the nearest cannot separate), or its one goodput run."""
     if result.status != "ok":
         return []
     if spec.mode == "capacity":
-        probes = list(enumerate(result.capacity_probes))
-        held = [(i, p) for i, p in probes if p.gate_passed]
-        broke = [(i, p) for i, p in probes if not p.gate_passed]
-        chosen = []
-        if held:
-            chosen.append(max(held, key=lambda ip: ip[1].request_rate))
-        if broke:
-            floor = chosen[0][1].request_rate if held else 0.0
-            above = [ip for ip in broke if ip[1].request_rate > floor]
-            if above:
-                chosen.append(min(above, key=lambda ip: ip[1].request_rate))
-        return [_Point(spec, p.request_rate, i, dict(p.ratios)) for i, p in chosen if p.ratios]
+        probes = [(i, p) for i, p in enumerate(result.capacity_probes) if p.ratios]
+        centre = result.capacity or min((p.request_rate for _, p in probes), default=1.0)
+        nearest = sorted(probes, key=lambda ip: abs(math.log(ip[1].request_rate / centre)))
+        return [_Point(spec, p.request_rate, i, dict(p.ratios), dict(p.medians_ms))
+                for i, p in nearest[:_PROBES_PER_TRIAL]]
     observed: dict[str, float] = {
         k: v + 1.0 for k, v in result.constraints.items() if k in spec.slo.targets}
     if not observed:
         return []
-    return [_Point(spec, spec.workload.arrivals.request_rate, 0, observed)]
+    medians = {k: result.metrics[f"median_{k}_ms"] for k in ("ttft", "tpot")
+               if isinstance(result.metrics.get(f"median_{k}_ms"), int | float)
+               and result.metrics[f"median_{k}_ms"] > 0}
+    return [_Point(spec, spec.workload.arrivals.request_rate, 0, observed, medians)]
 
 
-def _simulated_ratios(point: _Point, calibration: RooflineCalibration) -> dict[str, float]:
+def _simulated(point: _Point, calibration: RooflineCalibration
+               ) -> tuple[dict[str, float], dict[str, float]]:
+    """The probe re-simulated with ``calibration``: p99 ÷ target, and medians (ms)."""
     workload = probe_workload(point.spec, point.rate, point.index)
     workload = workload.model_copy(update={
         "num_prompts": min(workload.num_prompts, FIT_PROMPTS), "warmup_requests": 0})
     config = engine_config(point.spec, calibration=calibration)
-    probe = measure(point.spec, config, workload)
-    return {c.metric: (c.observed_ms / c.target_ms if c.observed_ms is not None else math.inf)
-            for c in probe.score.checks}
+    score = measure(point.spec, config, workload).score
+    ratios: dict[str, float] = {
+        c.metric: (c.observed_ms / c.target_ms if c.observed_ms is not None else math.inf)
+        for c in score.checks}
+    return ratios, probe_medians(score)

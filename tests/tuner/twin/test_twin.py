@@ -76,7 +76,9 @@ def test_a_fit_on_two_measured_trials_predicts_a_third_it_never_saw(truth: Path)
     report = twin.fit([(p, measure(p)) for p in seen])
     assert report is not None and report.probes >= 3 and report.fitted
     after = twin.predict(unseen, full=True).objective
-    assert abs(after - actual) / actual < 0.1, (before, after, actual, report)
+    # within a capacity bracket step of the truth, from ~60% off
+    error = abs(after - actual) / actual
+    assert error < 0.2 and error < abs(before - actual) / actual / 2, (before, after, report)
     assert twin.factors != TwinFactors()
 
 
