@@ -57,6 +57,24 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+TWIN_PROGRESS = {
+    "candidates": 800, "screened": 800, "booted": 2, "band": 0.12, "gpu": "rtx4090",
+    "factors": {"compute": 0.8, "memory": 1.1, "overhead": 1.3},
+    "warm_start": "sweep 1's calibration (4 trials, residual 0.031, engine slotune-sim)",
+    "fit": {"residual": 0.042, "trials": ["s3-t0-a1", "s3-t1-a1"], "probes": 6,
+            "fitted": ["compute", "overhead"]},
+    "calls": [
+        {"number": 0, "params": {"max_num_seqs": 64}, "predicted": 4.1, "band": 0.5,
+         "measured": 3.2, "status": "ok", "error": 0.28125},
+        {"number": 1, "params": {"max_num_seqs": 256}, "predicted": 3.9, "band": 0.12,
+         "measured": 3.95, "status": "ok", "error": 0.0},
+    ],
+    "ranking": [{"params": {"max_num_seqs": 128}, "predicted": 3.7},
+                {"params": {"max_num_seqs": 32}, "predicted": 2.1}],
+}
+"""What a twin sweep stores in its progress (the shape TwinStrategy.summary writes)."""
+
+
 @pytest.fixture(scope="module")
 def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, SweepData]]:
     """The API on a database holding one finished sweep: (base URL, what was stored)."""
@@ -76,6 +94,13 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, SweepDa
             "infeasible": 0, "waiting": {"for": "2 GPU(s), held by other sweeps of "
                                                 "coordinator coordinator-w",
                                          "since": "2026-12-01T10:00:00+00:00"}})
+        twin = queue_sweep(store, SweepRequest(space="lab", mode="goodput", workload=LAB_4RPS,
+                                               strategy="twin",
+                                               budget=SweepBudget(max_trials=2)),
+                           claimed_by="coordinator-t")
+        store.update_sweep(twin.id, lease=twin.lease, progress={
+            "phase": "search", "trials": 2, "done": 2, "running": 0, "failed": 0,
+            "infeasible": 0, "twin": TWIN_PROGRESS})
     port = _free_port()
     env = {**os.environ, "DATABASE_URL": url}
     log = tmp_path_factory.mktemp("uvicorn") / "uvicorn.log"
@@ -275,6 +300,31 @@ def test_a_waiting_sweep_says_what_it_waits_for_and_since_when(api: tuple[str, S
     line = browser.find_element(By.CSS_SELECTOR, '[data-field="waiting"]').text
     assert line == ("Waiting for 2 GPU(s), held by other sweeps of coordinator coordinator-w "
                     "since 2026-12-01T10:00:00+00:00")
+
+
+def test_a_twin_sweep_shows_predicted_against_measured_and_its_ranking(
+        api: tuple[str, SweepData], browser: WebDriver) -> None:
+    base, _ = api
+    twin = [s for s in _get(base, "/api/v1/sweeps?status=running")["data"]
+            if s["strategy"] == "twin"]
+    assert len(twin) == 1
+    stored = twin[0]["progress"]["twin"]
+    _load(browser, f"{base}/sweeps/{twin[0]['id']}")
+    panel = browser.find_element(By.ID, "twin")
+    booted = panel.find_element(By.CSS_SELECTOR, '[data-stat="twin_booted"] .value')
+    assert booted.text == "2" and booted.get_attribute("data-value") == str(stored["booted"])
+    tables = panel.find_elements(By.TAG_NAME, "table")
+    calls = tables[0].find_elements(By.CSS_SELECTOR, "tbody tr")
+    assert len(calls) == len(stored["calls"])
+    for row, call in zip(calls, stored["calls"], strict=True):
+        assert float(_cell(row, "predicted").get_attribute("data-value")) == call["predicted"]
+        assert float(_cell(row, "measured").get_attribute("data-value")) == call["measured"]
+        assert float(_cell(row, "error").get_attribute("data-value")) == call["error"]
+    ranked = tables[1].find_elements(By.CSS_SELECTOR, "tbody tr")
+    assert [float(_cell(r, "predicted").get_attribute("data-value")) for r in ranked] == [
+        r["predicted"] for r in stored["ranking"]]
+    calibration = panel.find_element(By.CSS_SELECTOR, '[data-field="twin_calibration"]').text
+    assert "compute ×0.800" in calibration and "sweep 1's calibration" in calibration
 
 
 def test_index_says_where_nothing_meets_the_slo_and_marks_a_stale_best(

@@ -3,6 +3,7 @@ the strategy that boots only what the twin cannot rule out."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 from tests.tuner.twin.truth import SMALL, TRUTH, small_space, write_truth
 from tuner.spaces import parse_space
 from tuner.strategies import TwinStrategy, make_strategy, params_key
+from tuner.sweeps import SweepRequest, resolve
 from tuner.twin.factors import TwinFactors
 from tuner.twin.model import Twin
 from workers.contracts import EngineFacts, KnobValue, TrialResult
@@ -131,3 +133,27 @@ def test_a_warm_start_from_another_engine_version_starts_afresh() -> None:
     assert strategy.twin.factors == TwinFactors()
     assert strategy.warm_start is None
     assert any("differs from the warm start's 0.31.0" in n for n in strategy.notes)
+
+
+TINY_QWEN3 = {"model_type": "qwen3", "hidden_size": 1024, "num_hidden_layers": 28,
+              "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
+              "intermediate_size": 3072, "vocab_size": 151936,
+              "max_position_embeddings": 8192, "tie_word_embeddings": True}
+
+
+def test_the_twin_models_a_vllm_space_of_a_model_outside_the_catalogue(
+        tmp_path: Path) -> None:
+    model = tmp_path / "tiny-qwen3"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(TINY_QWEN3))
+    data = {**SMALL, "engine": "vllm", "model": str(model), "gpu": "h100-sxm"}
+    space, _, _ = resolve(SweepRequest(space=data, strategy="twin"))
+    prediction = Twin(space).predict({"max_num_seqs": 64, "max_num_batched_tokens": 512})
+    assert prediction.failure is None and prediction.objective > 0
+    # a config.json the twin cannot model: the sweep is refused, naming the field
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text(json.dumps(
+        {k: v for k, v in TINY_QWEN3.items() if k != "intermediate_size"}))
+    with pytest.raises(ValueError, match="lacks 'intermediate_size'"):
+        resolve(SweepRequest(space={**data, "model": str(broken)}, strategy="twin"))

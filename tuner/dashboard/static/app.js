@@ -315,6 +315,42 @@
         "failure / reason"]), rows)));
   }
 
+  /* A twin sweep: how much it screened and booted, its calibration, predicted against
+   * measured for every real trial, and its ranking of what it never booted. */
+  function renderTwin(s) {
+    var t = (s.progress || {}).twin;
+    if (!t) { replace("twin", el("p", { "class": "muted" }, "no twin (not a twin sweep)")); return; }
+    var factors = Object.keys(t.factors || {}).map(function (k) { return k + " ×" + fmt(t.factors[k], 3); }).join(", ");
+    var calls = (t.calls || []).map(function (c) {
+      return el("tr", { "data-number": c.number }, textCell("#" + c.number, "number"),
+        textCell(cardText(c.params), "params"),
+        c.predicted_failure ? textCell(c.predicted_failure, "predicted") : numCell(c.predicted, 3, "predicted"),
+        textCell("±" + Math.round(c.band * 100) + "%", "band"),
+        c.measured_failure ? textCell(c.measured_failure, "measured")
+          : numCell(c.measured === null ? undefined : c.measured, 3, "measured"),
+        numCell(c.error === null ? undefined : c.error, 3, "error"));
+    });
+    var ranking = (t.ranking || []).map(function (r, i) {
+      return el("tr", {}, textCell(String(i + 1), "rank"), textCell(cardText(r.params), "params"),
+        r.predicted_failure ? textCell(r.predicted_failure, "predicted") : numCell(r.predicted, 3, "predicted"));
+    });
+    replace("twin", el("div", {},
+      el("div", { "class": "stats" },
+        stat("candidates", String(t.candidates), "twin_candidates", t.candidates),
+        stat("screened", String(t.screened), "twin_screened", t.screened),
+        stat("booted", String(t.booted), "twin_booted", t.booted),
+        stat("error band", "±" + Math.round(t.band * 100) + "%", "twin_band", t.band)),
+      el("p", { "data-field": "twin_calibration" }, "Calibration on " + t.gpu + ": " + factors +
+        " the shipped roofline" + (t.fit ? " (fit residual " + fmt(t.fit.residual, 3) + ", " +
+        t.fit.trials.length + " trials)" : " (not fitted yet)") + "; started from " +
+        (t.warm_start || "the shipped calibration") + "."),
+      (t.notes || []).map(function (n) { return el("p", { "class": "muted" }, n); }),
+      el("h3", {}, "Predicted against measured"),
+      table(["trial", "configuration", "predicted", "band", "measured", "error"], calls),
+      el("h3", {}, "Never booted: the twin's ranking"),
+      table(["rank", "configuration", "predicted"], ranking)));
+  }
+
   function cardText(v) {
     if (v === null || v === undefined) return "—";
     if (typeof v === "string") return v;
@@ -380,7 +416,7 @@
         getJSON("/sweeps/" + id + "/cards")]).then(function (r) {
         var s = r[0], trials = r[1], cards = r[2].data;
         renderHeader(s); renderProgress(s, trials); renderWinner(s, trials);
-        renderCharts(s, trials); renderTrials(s, trials); renderCards(cards);
+        renderCharts(s, trials); renderTrials(s, trials); renderTwin(s); renderCards(cards);
         showError(null);
         document.body.setAttribute("data-loaded", "true");
         document.body.setAttribute("data-sweep-status", s.status);
