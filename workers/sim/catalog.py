@@ -59,6 +59,12 @@ GPUS: dict[str, GPUSpec] = {
     )
 }
 
+CPU = GPUSpec("cpu", "CPU (vLLM's CPU build)", 16 * GiB, 160 * 10**9, None, 20 * _GB,
+              10 * _GB, 20e-6)
+"""``gpu: cpu`` — vLLM's CPU build — as the simulator (and so the twin) sees it: nominal
+figures of two AVX2 server cores (fp32 FMA, ~2.5 GHz) and their share of memory
+bandwidth. A prior, not a measurement: the twin learns how far off it is."""
+
 GPU_ALIASES = {
     "a100": "a100-80g", "a100_sxm": "a100-80g", "h100": "h100-sxm", "h100_sxm": "h100-sxm",
     "h200_sxm": "h200", "h200-sxm": "h200", "a100-sxm": "a100-80g", "4090": "rtx4090",
@@ -87,6 +93,8 @@ def get_gpu(name: str) -> GPUSpec:
         return load_device_file(name.strip())
     key = name.strip().lower()
     key = GPU_ALIASES.get(key, key)
+    if key == CPU.name:
+        return CPU
     try:
         return GPUS[key]
     except KeyError:

@@ -150,6 +150,10 @@ def test_the_twin_models_a_vllm_space_of_a_model_outside_the_catalogue(
     space, _, _ = resolve(SweepRequest(space=data, strategy="twin"))
     prediction = Twin(space).predict({"max_num_seqs": 64, "max_num_batched_tokens": 512})
     assert prediction.failure is None and prediction.objective > 0
+    # vLLM's CPU build (gpu: cpu) is a device the twin models too, far slower
+    on_cpu, _, _ = resolve(SweepRequest(space={**data, "gpu": "cpu"}, strategy="twin"))
+    cpu = Twin(on_cpu).predict({"max_num_seqs": 64, "max_num_batched_tokens": 512})
+    assert cpu.failure is None and cpu.objective < prediction.objective / 10
     # a config.json the twin cannot model: the sweep is refused, naming the field
     broken = tmp_path / "broken"
     broken.mkdir()
