@@ -109,3 +109,11 @@ def test_the_engine_process_reads_the_truth_file(tmp_path: Path) -> None:
                                   CALIBRATION_ENV: str(tmp_path / "nope.json")})
     assert missing.returncode != 0
     assert CALIBRATION_ENV in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_the_cpu_prior_pays_the_cpu_builds_overheads() -> None:
+    cpu, gpu = shipped_calibration("cpu"), shipped_calibration("no-such-gpu")  # default entry
+    assert cpu.step_overhead_s > 10 * gpu.step_overhead_s
+    assert cpu.per_seq_overhead_s > 10 * gpu.per_seq_overhead_s
+    assert (cpu.gemm_efficiency, cpu.memory_efficiency) == (gpu.gemm_efficiency,
+                                                            gpu.memory_efficiency)
