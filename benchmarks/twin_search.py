@@ -49,6 +49,7 @@ from search_efficiency import (  # type: ignore[import-not-found]
 
 from tuner.spaces import SearchSpace
 from tuner.strategies import GuidedTPEStrategy, TwinStrategy, params_key
+from tuner.twin.factors import TwinFactors
 from workers.sim.calibration import CALIBRATION_ENV, shipped_calibration
 
 TARGET_SHARE = 0.98
@@ -76,21 +77,12 @@ SCENARIOS: dict[str, tuple[str, int]] = {
 }
 QUICK = ("prefill-bound",)
 
-_GROUPS = {
-    "compute": ("gemm_efficiency", "fp8_gemm_efficiency", "attention_efficiency"),
-    "memory": ("memory_efficiency", "kv_efficiency", "fp8_kv_efficiency"),
-    "overhead": ("step_overhead_s", "layer_overhead_s", "attention_overhead_per_layer_s",
-                 "eager_overhead_per_layer_s", "per_seq_overhead_s"),
-}
-
-
 def write_truth(folder: Path, gpu: str, scale: dict[str, float]) -> Path:
-    factors = asdict(shipped_calibration(gpu))
-    for group, names in _GROUPS.items():
-        for name in names:
-            factors[name] *= scale[group]
+    """The truth of one seed: the shipped calibration of ``gpu`` with its factor groups
+    scaled (the same groups the twin learns), as a SLOTUNE_SIM_CALIBRATION file."""
+    truth = TwinFactors.from_dict(scale).apply(shipped_calibration(gpu))
     path = folder / f"truth-{gpu}-{'-'.join(f'{v:g}' for v in scale.values())}.json"
-    path.write_text(json.dumps({"gpus": {gpu: factors}}))
+    path.write_text(json.dumps({"gpus": {gpu: asdict(truth)}}))
     return path
 
 

@@ -18,17 +18,17 @@ import math
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from workers.sim.calibration import RooflineCalibration
+from workers.sim.calibration import (
+    COMPUTE_FACTORS,
+    MEMORY_FACTORS,
+    OVERHEAD_FACTORS,
+    RooflineCalibration,
+)
 
 __all__ = ["FACTOR_BOUNDS", "TwinFactors"]
 
 FACTOR_BOUNDS = (1 / 3, 3.0)
 """How far a multiplier may move from the prior: beyond it the prior is wrong in kind."""
-
-_COMPUTE = ("gemm_efficiency", "fp8_gemm_efficiency", "attention_efficiency")
-_MEMORY = ("memory_efficiency", "kv_efficiency", "fp8_kv_efficiency")
-_OVERHEAD = ("step_overhead_s", "layer_overhead_s", "attention_overhead_per_layer_s",
-             "eager_overhead_per_layer_s", "per_seq_overhead_s")
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +49,8 @@ class TwinFactors:
     def apply(self, prior: RooflineCalibration) -> RooflineCalibration:
         """The prior with these multipliers applied (what the twin simulates with)."""
         changes: dict[str, float] = {}
-        for names, factor in ((_COMPUTE, self.compute), (_MEMORY, self.memory),
-                              (_OVERHEAD, self.overhead)):
+        for names, factor in ((COMPUTE_FACTORS, self.compute), (MEMORY_FACTORS, self.memory),
+                              (OVERHEAD_FACTORS, self.overhead)):
             for name in names:
                 changes[name] = getattr(prior, name) * factor
         return replace(prior, **changes)

@@ -126,8 +126,13 @@ CPU_OVERHEAD_FACTOR = 20.0
 GPU pays in kernel launches: about 20× the default entry's overheads (an unbounded fit
 to a grid of real capacity trials of the tiny model on two AVX2 cores gave ×19). The
 prior of ``gpu: cpu`` when a file has no ``cpu`` entry of its own."""
-_OVERHEADS = ("step_overhead_s", "layer_overhead_s", "attention_overhead_per_layer_s",
-              "eager_overhead_per_layer_s", "per_seq_overhead_s")
+COMPUTE_FACTORS = ("gemm_efficiency", "fp8_gemm_efficiency", "attention_efficiency")
+"""The factors that scale with the tensor cores' achieved throughput."""
+MEMORY_FACTORS = ("memory_efficiency", "kv_efficiency", "fp8_kv_efficiency")
+"""The factors that scale with the achieved memory bandwidth."""
+OVERHEAD_FACTORS = ("step_overhead_s", "layer_overhead_s", "attention_overhead_per_layer_s",
+                    "eager_overhead_per_layer_s", "per_seq_overhead_s")
+"""The fixed costs (seconds) per step, layer, attention pass and sequence."""
 
 
 def _entry(document: dict[str, Any], gpu_name: str) -> RooflineCalibration:
@@ -135,7 +140,7 @@ def _entry(document: dict[str, Any], gpu_name: str) -> RooflineCalibration:
     entry = dict(table.get(gpu_name, table.get("default", {})))
     if gpu_name == "cpu" and "cpu" not in table:
         defaults = RooflineCalibration()
-        for name in _OVERHEADS:
+        for name in OVERHEAD_FACTORS:
             entry[name] = float(entry.get(name, getattr(defaults, name))) * CPU_OVERHEAD_FACTOR
     return RooflineCalibration(**{k: float(v) for k, v in entry.items() if k in _FACTORS})
 

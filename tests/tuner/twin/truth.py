@@ -7,22 +7,15 @@ from dataclasses import asdict
 from pathlib import Path
 
 from tuner.spaces import SearchSpace, parse_space
+from tuner.twin.factors import TwinFactors
 from workers.sim.calibration import shipped_calibration
-
-COMPUTE = ("gemm_efficiency", "fp8_gemm_efficiency", "attention_efficiency")
-MEMORY = ("memory_efficiency", "kv_efficiency", "fp8_kv_efficiency")
-OVERHEAD = ("step_overhead_s", "layer_overhead_s", "attention_overhead_per_layer_s",
-            "eager_overhead_per_layer_s", "per_seq_overhead_s")
 
 
 def write_truth(path: Path, gpu: str, *, compute: float = 1.0, memory: float = 1.0,
                 overhead: float = 1.0) -> Path:
     """A SLOTUNE_SIM_CALIBRATION file: the shipped factors of ``gpu``, scaled."""
-    factors = asdict(shipped_calibration(gpu))
-    for names, scale in ((COMPUTE, compute), (MEMORY, memory), (OVERHEAD, overhead)):
-        for name in names:
-            factors[name] *= scale
-    path.write_text(json.dumps({"gpus": {gpu: factors}}))
+    truth = TwinFactors(compute, memory, overhead).apply(shipped_calibration(gpu))
+    path.write_text(json.dumps({"gpus": {gpu: asdict(truth)}}))
     return path
 
 
