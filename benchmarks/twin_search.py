@@ -97,15 +97,14 @@ class TwinRun:
 
 
 def never_booted_error(strategy: TwinStrategy, memo: dict[str, Eval]) -> float | None:
-    """Median |predicted − true| ÷ true capacity per GPU over the configurations the twin
-    never booted (screening predictions under its current factors)."""
+    """Median |expected − true| ÷ true capacity per GPU over the configurations the twin
+    never booted (its estimates under its current factors: what it ranks by)."""
     errors = []
-    for key, entry in strategy._entries.items():
-        truth = memo[key].objective
-        if key in strategy._known or truth <= 0:
+    for key, truth in memo.items():
+        params = json.loads(key)
+        if strategy.known(params) is not None or truth.objective <= 0:
             continue
-        predicted = strategy.twin.predict(entry.params).objective
-        errors.append(abs(predicted - truth) / truth)
+        errors.append(abs(strategy.expected(params) - truth.objective) / truth.objective)
     return statistics.median(errors) if errors else None
 
 

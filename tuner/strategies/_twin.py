@@ -15,7 +15,7 @@ re-predicted; the one about to boot is re-predicted with the full virtual trial,
 prediction is what the report sets against the measurement.
 
 The error band is measured, not assumed: the largest relative error of the twin's last
-two pre-boot predictions (at least :data:`~tuner.twin.model.MIN_BAND`); until two
+three pre-boot predictions (at least :data:`~tuner.twin.model.MIN_BAND`); until three
 measurements exist it is :data:`~tuner.twin.model.PRIOR_BAND`.
 """
 
@@ -50,6 +50,9 @@ _BOUND_EXPONENT = 1.5
 """How fast an objective can move with the factors (capacity is about linear in a step
 time, a little faster near an SLO wall): the stale prediction's bound."""
 _RANKING_SHOWN = 10
+_BAND_SAMPLES = 3
+"""Pre-boot errors the band is taken from (the largest of the last ones): two
+configurations booted side by side can agree with the twin by luck."""
 _MAX_CHECKS = 3
 """Full virtual trials per pick at most: past that the best checked candidate boots."""
 
@@ -147,9 +150,10 @@ class TwinStrategy(Strategy):
     @property
     def band(self) -> float:
         errors = [e for call in self.calls.values() if (e := call.error) is not None]
-        if len(errors) < 2:
+        if len(errors) < _BAND_SAMPLES:
             return twin_model.PRIOR_BAND
-        return min(twin_model.PRIOR_BAND, max(twin_model.MIN_BAND, *errors[-2:]))
+        return min(twin_model.PRIOR_BAND,
+                   max(twin_model.MIN_BAND, *errors[-_BAND_SAMPLES:]))
 
     # --- asking --------------------------------------------------------------------
 
@@ -230,10 +234,24 @@ class TwinStrategy(Strategy):
         if prediction is None or entry.factors is None:
             return math.inf
         moved = entry.factors.moved_from(self.twin.factors)
-        value = prediction.objective
-        if not prediction.full and self._screen_ratios:
-            value *= statistics.median(self._screen_ratios)
-        return value * float(moved ** _BOUND_EXPONENT)
+        return self._estimate(prediction) * float(moved ** _BOUND_EXPONENT)
+
+    def _estimate(self, prediction: twin_model.Prediction) -> float:
+        """What the twin expects: a check as is, a screening scaled by screening's median
+        ratio to the checks so far (short probes read capacity high)."""
+        if prediction.full or not self._screen_ratios:
+            return prediction.objective
+        return prediction.objective * statistics.median(self._screen_ratios)
+
+    def expected(self, params: Mapping[str, KnobValue]) -> float:
+        """The twin's current estimate of a configuration's objective (screened now if it
+        never was, or under older factors)."""
+        prediction = self.twin.predict(params)
+        cached = self._entries.get(params_key(params))
+        if cached is not None and cached.prediction is not None and cached.prediction.full \
+                and cached.factors == self.twin.factors:
+            prediction = cached.prediction
+        return self._estimate(prediction)
 
     def _best_measured(self) -> float | None:
         values = [r.objective for r in self._known.values() if r.status == "ok"]
@@ -298,7 +316,7 @@ class TwinStrategy(Strategy):
         """The twin's work, for the sweep's progress, the report and the dashboard."""
         twin = self.twin
         ranking = sorted(
-            ((entry.prediction.objective, entry) for key, entry in self._entries.items()
+            ((self._estimate(entry.prediction), entry) for key, entry in self._entries.items()
              if key not in self._known and entry.prediction is not None),
             key=lambda item: -item[0])[:_RANKING_SHOWN]
         last = twin.fits[-1] if twin.fits else None
