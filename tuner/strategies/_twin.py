@@ -159,28 +159,35 @@ class TwinStrategy(Strategy):
 
     def _next(self) -> optuna.trial.Trial | None:
         best = self._best_measured()
-        picked = self._pick()
+        band = self.band
+        # a candidate is worth booting when its optimistic value beats this
+        threshold = (best * (1 + NOISE_TOLERANCE) * (1 + 1e-9)
+                     if best is not None and best > 0 else -math.inf)
+        picked = self._pick(threshold / (1 + band))
         unmeasured = sum(1 for key in self._entries if self._open(key))
         if picked is None:
-            self._stop(f"the twin has nothing left to boot: all {self.candidates} "
-                       "candidate configurations were measured")
-            return None
-        key, prediction = picked
-        band = self.band
-        optimistic = prediction.objective * (1 + band)
-        beats = best is None or best <= 0 or optimistic > best * (1 + NOISE_TOLERANCE) * (1 + 1e-9)
-        if not beats and self.pending:
+            if unmeasured == 0:
+                self._stop(f"the twin has nothing left to boot: all {self.candidates} "
+                           "candidate configurations were measured")
+                return None
+        else:
+            key, prediction = picked
+            optimistic = prediction.objective * (1 + band)
+            if optimistic > threshold:
+                entry = self._entries[key]
+                trial = self._ask_params(entry.params)
+                self.calls[trial.number] = TwinCall(trial.number, dict(entry.params),
+                                                    prediction.objective, band,
+                                                    prediction.failure)
+                return trial
+        if self.pending:
             return None  # the trials in flight may still move the twin: decide after them
-        if not beats:
-            self._stop(f"the twin rules out the other {unmeasured} configurations: none can "
-                       f"beat {best:.3g} {self._unit()} by more than the noise band "
-                       f"(best optimistic prediction {optimistic:.3g}, band ±{band:.0%})")
-            return None
-        entry = self._entries[key]
-        trial = self._ask_params(entry.params)
-        self.calls[trial.number] = TwinCall(trial.number, dict(entry.params),
-                                            prediction.objective, band, prediction.failure)
-        return trial
+        assert best is not None
+        self._stop(f"the twin rules out the other {unmeasured} configurations: none can "
+                   f"beat {best:.3g} {self._unit()} by more than the noise band "
+                   f"(band ±{band:.0%}; screening within ±{self._screen_spread():.0%} of "
+                   "the full trial)")
+        return None
 
     def _note(self) -> str:
         if not self.calls:
@@ -191,9 +198,15 @@ class TwinStrategy(Strategy):
     def _open(self, key: str) -> bool:
         return key not in self._known and key not in self._in_flight
 
-    def _pick(self) -> tuple[str, twin_model.Prediction] | None:
-        """The open candidate with the best optimistic prediction under the current factors
-        (lazily: stale predictions carry an upper bound, see the module docstring)."""
+    def _pick(self, floor: float) -> tuple[str, twin_model.Prediction] | None:
+        """The open candidate with the best prediction under the current factors, checked
+        with the full trial; None when no candidate can exceed ``floor`` (its bound —
+        estimate, screening's spread, and how far the factors moved since — says so).
+
+        Lazy: a candidate is re-screened or checked only when its bound reaches the top.
+        After :data:`_MAX_CHECKS` checks the best checked one is returned if it exceeds
+        ``floor``; otherwise checking goes on, so that a stop is never decided on a
+        screening alone."""
         twin = self.twin
         heap: list[tuple[float, str]] = []
         for key, entry in self._entries.items():
@@ -202,7 +215,9 @@ class TwinStrategy(Strategy):
         heapq.heapify(heap)
         checked: list[tuple[float, str]] = []
         while heap:
-            _, key = heapq.heappop(heap)
+            bound, key = heapq.heappop(heap)
+            if -bound <= floor:
+                break  # neither this nor anything below it can win
             entry = self._entries[key]
             fresh = entry.prediction is not None and entry.factors == twin.factors
             if not fresh:
@@ -212,16 +227,19 @@ class TwinStrategy(Strategy):
                 entry.prediction = twin.predict(entry.params, full=True)
                 self._learn_screen_bias(screened, entry.prediction.objective)
                 checked.append((entry.prediction.objective, key))
-                if len(checked) >= _MAX_CHECKS:
-                    best = max(checked)[1]
-                    prediction = self._entries[best].prediction
-                    assert prediction is not None
-                    return best, prediction
+                if len(checked) >= _MAX_CHECKS and max(checked)[0] > floor:
+                    break
             else:
                 assert entry.prediction is not None
-                return key, entry.prediction
+                checked.append((entry.prediction.objective, key))
+                break
             heapq.heappush(heap, (-self._bound(entry), key))
-        return None
+        if not checked or max(checked)[0] <= floor:
+            return None
+        best = max(checked)[1]
+        prediction = self._entries[best].prediction
+        assert prediction is not None
+        return best, prediction
 
     def _learn_screen_bias(self, screened: float, full: float) -> None:
         """Screening's own error against the full virtual trial (fewer requests per probe
@@ -234,7 +252,16 @@ class TwinStrategy(Strategy):
         if prediction is None or entry.factors is None:
             return math.inf
         moved = entry.factors.moved_from(self.twin.factors)
-        return self._estimate(prediction) * float(moved ** _BOUND_EXPONENT)
+        spread = 0.0 if prediction.full else self._screen_spread()
+        return self._estimate(prediction) * (1 + spread) * float(moved ** _BOUND_EXPONENT)
+
+    def _screen_spread(self) -> float:
+        """How far a screening can sit from its check, after the median bias is taken
+        out: the largest relative deviation seen (±50% before any check)."""
+        if len(self._screen_ratios) < 2:
+            return twin_model.PRIOR_BAND
+        middle = statistics.median(self._screen_ratios)
+        return max(abs(r / middle - 1) for r in self._screen_ratios)
 
     def _estimate(self, prediction: twin_model.Prediction) -> float:
         """What the twin expects: a check as is, a screening scaled by screening's median
