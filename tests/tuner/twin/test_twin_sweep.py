@@ -4,6 +4,7 @@ starts from the first one's calibration, and the report that shows the twin's wo
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -16,6 +17,9 @@ from tests.tuner.twin.truth import SMALL, TRUTH, small_space, write_truth
 from tuner.db import migrate
 from tuner.progress import SweepProgress
 from tuner.store import Store
+from tuner.strategies import params_key
+from tuner.twin.factors import TwinFactors
+from tuner.twin.model import Twin
 from workers.sim.calibration import CALIBRATION_ENV
 from workers.sim_trial import run_virtual_trial
 
@@ -40,8 +44,10 @@ def test_two_twin_sweeps_find_the_optimum_and_the_second_starts_from_the_first(
     migrate.upgrade(url)
     monkeypatch.setenv(CALIBRATION_ENV, str(truth))
     space = small_space()
-    optimum = max(run_virtual_trial(space.to_trial_spec(p, "g"), per_request=False).objective
-                  for p in space.grid())
+    grid = {params_key(p): run_virtual_trial(space.to_trial_spec(p, "g"),
+                                             per_request=False).objective
+            for p in space.grid()}
+    optimum = max(grid.values())
 
     first = sweep(space_file, url, truth)
     assert first.returncode == 0, first.stderr
@@ -62,13 +68,20 @@ def test_two_twin_sweeps_find_the_optimum_and_the_second_starts_from_the_first(
     # the calibration is stored with its residual and trials, and learned the truth's way
     assert twin_one.fit is not None and twin_one.fit.trials and twin_one.fit.residual < 0.2
     assert twin_one.factors != {"compute": 1.0, "memory": 1.0, "overhead": 1.0}
-    first_call, *_, last_call = twin_one.calls
+    first_call = twin_one.calls[0]
     assert first_call.error is not None and first_call.error > 0.2  # the prior, far off
-    assert last_call.error is not None and last_call.error < 0.1  # calibrated
+    # the stored calibration predicts the best configuration; the prior did not
+    best = max(grid, key=lambda key: grid[key])
+    params = json.loads(best)
+    calibrated = Twin(space, TwinFactors.from_dict(twin_one.factors)).predict(params, full=True)
+    prior = Twin(space).predict(params, full=True)
+    assert abs(calibrated.objective - grid[best]) / grid[best] < 0.1
+    assert abs(prior.objective - grid[best]) / grid[best] > 0.2
     assert twin_two.warm_start is not None and twin_two.warm_start.startswith(
         "sweep 1's calibration")
     assert twin_two.start_factors == twin_one.factors
-    assert twin_two.booted <= twin_one.booted
+    # warm: its first boot is predicted with what the first sweep learned
+    assert twin_two.calls[0].error is not None and twin_two.calls[0].error < 0.1
 
     report = subprocess.run([SLOTUNE, "sweep", "report", "1", "--output", str(tmp_path),
                              "--database-url", url], capture_output=True, text=True,
