@@ -11,7 +11,7 @@ best. The twin's prior for ``gpu: cpu`` is the simulator's nominal CPU
 rest from the real probes it is told. Target (issue "the twin"): at most half the boots
 of ``guided+tpe``.
 
-    python benchmarks/twin_real.py --cache /tmp/real-grid.json   # ~25 min on 2 cores
+    python benchmarks/twin_real.py --cache /tmp/real-grid.json   # ~40 min on 2 cores
 """
 
 from __future__ import annotations
@@ -60,8 +60,10 @@ def space_file(folder: Path, model: str) -> Path:
                      "arrivals": {"request_rate": 2}, "num_prompts": 32},
         "slo": "ttft:1500,tpot:60",
         "mode": "capacity",
-        "capacity": {"min_rate": 0.25, "max_rate": 32, "max_probes": 6,
-                     "relative_tolerance": 0.1, "prompts_per_probe": 32},
+        # 32-request probes read every configuration at the rate cap (a one-second burst
+        # ends before a queue builds): each probe lasts at least 8 s of arrivals
+        "capacity": {"min_rate": 0.25, "max_rate": 64, "max_probes": 6,
+                     "relative_tolerance": 0.1, "min_probe_s": 8},
     }
     path = folder / "twin-real.yaml"
     path.write_text(yaml.safe_dump(space))
