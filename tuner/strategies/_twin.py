@@ -273,12 +273,11 @@ class TwinStrategy(Strategy):
     def expected(self, params: Mapping[str, KnobValue]) -> float:
         """The twin's current estimate of a configuration's objective (screened now if it
         never was, or under older factors)."""
-        prediction = self.twin.predict(params)
         cached = self._entries.get(params_key(params))
         if cached is not None and cached.prediction is not None and cached.prediction.full \
                 and cached.factors == self.twin.factors:
-            prediction = cached.prediction
-        return self._estimate(prediction)
+            return cached.prediction.objective  # checked under the current factors
+        return self._estimate(self.twin.predict(params))
 
     def _best_measured(self) -> float | None:
         values = [r.objective for r in self._known.values() if r.status == "ok"]
@@ -328,14 +327,7 @@ class TwinStrategy(Strategy):
         self.twin.fit(measured)
 
     def _measured(self) -> list[tuple[dict[str, KnobValue], TrialResult]]:
-        out = []
-        for key, result in self._known.items():
-            entry = self._entries.get(key)
-            if entry is not None:
-                out.append((entry.params, result))
-            else:
-                out.append((_params_of(key), result))
-        return out
+        return [(_params_of(key), result) for key, result in self._known.items()]
 
     # --- what it shows -------------------------------------------------------------
 
