@@ -44,7 +44,7 @@ import optuna
 from sqlalchemy import exc as sa_exc
 
 from tuner.confirmation import ConfirmationPhase, top_configurations
-from tuner.db.errors import Conflict, LeaseLost, StorageUnavailable
+from tuner.db.errors import Conflict, LeaseLost, StorageUnavailable, describe
 from tuner.db.records import Lease, SweepRecord, TrialRecord
 from tuner.executors import TrialExecutor
 from tuner.launcher import GpuShare, Launched, TrialLauncher, gpu_hours, retry_as
@@ -74,6 +74,9 @@ WARM_STEP = 1.5
 STALE_AFTER_S = 15.0
 """A running sweep whose coordinator has not beaten for this long may be taken over
 (heartbeats come every few seconds, so this is several missed beats)."""
+CLOCK_SKEW_WARN_S = 5.0
+"""A host clock this far from the database's is said once at start: leases and stored
+times are on the database's clock, so the coordinator works, but its log's times are off."""
 
 ProgressFn = Callable[[dict[str, Any]], None]
 
@@ -408,10 +411,11 @@ class SweepRunner:
         self.trials.cancel_all()
 
     def _note_outage(self, exc: Exception) -> None:
+        reason = describe(exc)
         if self._outage is None:
             log.warning("sweep %s: database unavailable (%s); results are kept and written "
-                        "once it is back", self.sweep.id, " ".join(str(exc).split())[:200])
-        self._outage = str(exc)
+                        "once it is back", self.sweep.id, reason[:200])
+        self._outage = reason
 
     def _account(self, row: TrialRecord, result: TrialResult, gpus: int) -> None:
         self.results.append((row, result))
@@ -620,6 +624,19 @@ class Coordinator:
         self.share = GpuShare(executor.capacity())
         self.max_sweeps = max_sweeps
         self._threads: dict[int, threading.Thread] = {}
+        self._clock_checked = False
+
+    def _check_clock(self) -> None:
+        """Say once if this host's clock disagrees with the database's."""
+        if self._clock_checked:
+            return
+        skew = self.store.clock_skew_s()
+        self._clock_checked = True
+        if abs(skew) > CLOCK_SKEW_WARN_S:
+            log.warning("this host's clock is %.0f s %s the database's; leases and stored "
+                        "times follow the database's clock, so sweeps are safe, but this "
+                        "log's times are off (check NTP on this host)", abs(skew),
+                        "ahead of" if skew > 0 else "behind")
 
     def run_sweep(self, sweep_id: int, on_progress: ProgressFn | None = None, *,
                   takeover: bool = False) -> SweepRecord:
@@ -629,6 +646,7 @@ class Coordinator:
         once with ``takeover`` (the user knows that coordinator is dead). :class:`LeaseLost`
         when another coordinator took it over while this one ran it.
         """
+        self._check_clock()
         sweep = self.store.claim_sweep(sweep_id, self.coordinator_id,
                                        stale_after_s=0.0 if takeover else STALE_AFTER_S)
         if sweep is None:
@@ -658,6 +676,7 @@ class Coordinator:
                 if not thread.is_alive():
                     del self._threads[sweep_id]
             try:
+                self._check_clock()
                 self._claim_and_start()
             except TRANSIENT_STORAGE_ERRORS as exc:
                 # Ride it out: the sweeps already running keep their results in their
@@ -719,7 +738,7 @@ class _Outage:
         if self.since is None:
             self.since = time.monotonic()
             log.warning("database unavailable (%s); retrying with backoff until it is back",
-                        " ".join(str(exc).split())[:200])
+                        describe(exc)[:200])
         self.attempts += 1
 
     def backoff_s(self, poll_s: float) -> float:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any, Literal, Self, TypeVar, cast
 
@@ -50,7 +50,6 @@ from tuner.db.models import (
     WorkloadRow,
     best_config_view,
     no_passing_view,
-    utcnow,
 )
 from tuner.db.records import (
     BestConfig,
@@ -63,7 +62,7 @@ from tuner.db.records import (
     TrialRecord,
     WorkloadRecord,
 )
-from tuner.db.session import make_db_engine, session_scope
+from tuner.db.session import db_now, make_db_engine, session_scope
 from tuner.settings import Settings, get_settings, redact_url
 from workers.contracts import SLO, ObjectiveMode, TrialResult, TrialSpec, Workload, replica_gpus
 
@@ -144,9 +143,16 @@ class Store:
 
         current, head = migrate.current_revision(self._url), migrate.head_revision()
         if current != head:
-            raise SchemaMissing(f"database {self.url} is at schema revision "
+            raise SchemaMissing(f"the database is at schema revision "
                                 f"{current or 'none'}, this slotune needs {head}; run "
                                 "`slotune db upgrade`")
+
+    def clock_skew_s(self) -> float:
+        """How far this host's clock runs ahead of the database's, in seconds (0 on
+        SQLite, whose clock is this host's). Leases never use this host's clock; a large
+        skew still misleads whoever reads this host's logs beside the stored times."""
+        with self._session() as session:
+            return (datetime.now(UTC) - db_now(session)).total_seconds()
 
     def close(self) -> None:
         self._engine.dispose()
@@ -159,7 +165,7 @@ class Store:
         self.close()
 
     def _session(self) -> AbstractContextManager[Session]:
-        return session_scope(self._sessions, self._url)
+        return session_scope(self._sessions)
 
     # --- workloads ---------------------------------------------------------------------
 
@@ -216,14 +222,15 @@ class Store:
                       mode: ObjectiveMode, budget: Mapping[str, Any] | None,
                       owner: str | None, optuna_study_name: str | None,
                       claimed_by: str | None) -> SweepRecord:
-        now = utcnow()
         with self._session() as session:
+            now = db_now(session)
             workload_row = _upsert_workload(session, workload)
             sweep = Sweep(
                 name=name, workload_id=workload_row.id, space=dict(space),
                 slo=slo.model_dump(mode="json"), slo_key=slo_key(slo), model=model, gpu=gpu,
                 strategy=strategy, mode=mode, status="queued", budget=dict(budget or {}),
                 progress={}, owner=owner, optuna_study_name=optuna_study_name,
+                created_at=now,
             )
             if claimed_by is not None:
                 sweep.status, sweep.claimed_by, sweep.lease_epoch = "running", claimed_by, 1
@@ -277,14 +284,14 @@ class Store:
         claim starts a new lease (the record's :attr:`~SweepRecord.lease`): writes under
         any earlier one are refused from now on.
         """
-        now = utcnow()
-        takeover: list[ColumnElement[bool]] = [Sweep.claimed_by == coordinator]
-        if stale_after_s is not None:
-            cutoff = now - timedelta(seconds=stale_after_s)
-            takeover += [Sweep.heartbeat_at.is_(None), Sweep.heartbeat_at < cutoff]
-        claimable = or_(Sweep.status == "queued",
-                        and_(Sweep.status == "running", or_(*takeover)))
         with self._session() as session:
+            now = db_now(session)
+            takeover: list[ColumnElement[bool]] = [Sweep.claimed_by == coordinator]
+            if stale_after_s is not None:
+                cutoff = now - timedelta(seconds=stale_after_s)
+                takeover += [Sweep.heartbeat_at.is_(None), Sweep.heartbeat_at < cutoff]
+            claimable = or_(Sweep.status == "queued",
+                            and_(Sweep.status == "running", or_(*takeover)))
             claimed = _rowcount(session, update(Sweep).where(Sweep.id == sweep_id, claimable)
                                 .values(status="running", claimed_by=coordinator,
                                         heartbeat_at=now, lease_epoch=Sweep.lease_epoch + 1,
@@ -295,12 +302,13 @@ class Store:
     def claim_next_sweep(self, coordinator: str, *,
                          stale_after_s: float | None = None) -> SweepRecord | None:
         """Claim the oldest queued sweep (or orphaned running one, see :meth:`claim_sweep`)."""
-        filters: list[ColumnElement[bool]] = [Sweep.status == "queued"]
-        if stale_after_s is not None:
-            cutoff = utcnow() - timedelta(seconds=stale_after_s)
-            filters.append(and_(Sweep.status == "running",
-                                or_(Sweep.heartbeat_at.is_(None), Sweep.heartbeat_at < cutoff)))
         with self._session() as session:
+            filters: list[ColumnElement[bool]] = [Sweep.status == "queued"]
+            if stale_after_s is not None:
+                cutoff = db_now(session) - timedelta(seconds=stale_after_s)
+                filters.append(and_(Sweep.status == "running",
+                                    or_(Sweep.heartbeat_at.is_(None),
+                                        Sweep.heartbeat_at < cutoff)))
             candidates = session.scalars(
                 select(Sweep.id).where(or_(*filters)).order_by(Sweep.created_at, Sweep.id)
                 .limit(20)).all()
@@ -321,7 +329,7 @@ class Store:
             _hold(session, lease)
             done = _rowcount(session, update(Sweep).where(
                 Sweep.id == lease.sweep_id, Sweep.status == "running",
-            ).values(heartbeat_at=utcnow()))
+            ).values(heartbeat_at=db_now(session)))
             if not done:
                 sweep, _ = _sweep_with_workload(session, lease.sweep_id)
                 raise Conflict(f"sweep {lease.sweep_id} is {sweep.status}")
@@ -354,8 +362,9 @@ class Store:
                 raise ValueError(f"unknown sweep status {status!r}; valid: {SWEEP_STATUSES}")
             where.append(Sweep.status.in_(_SWEEP_SOURCES[status]))
             values["status"] = status
-            values.update(_status_timestamps(status))
         with self._session() as session:
+            if status is not None:
+                values.update(_status_timestamps(status, db_now(session)))
             if lease is not None:
                 _hold(session, _same_sweep(lease, sweep_id))
             if values:
@@ -401,9 +410,9 @@ class Store:
         ``config`` is stored as the spec's full engine flags (fixed args + knobs), else
         the params. The same (sweep, number, attempt) twice is a :class:`Conflict`.
         """
-        now = utcnow()
         config = dict(spec.engine_flags) if spec is not None else dict(params)
         with self._session() as session:
+            now = db_now(session)
             _sweep_with_workload(session, sweep_id)  # NotFound rather than an FK error
             if lease is not None:
                 _hold(session, _same_sweep(lease, sweep_id))
@@ -413,6 +422,7 @@ class Store:
                 spec=spec.model_dump(mode="json") if spec else None,
                 status=status, confirmed=False, worker=worker, node=node,
                 started_at=now if status == "running" else None, heartbeat_at=now,
+                created_at=now,
             )
             session.add(trial)
             session.flush()
@@ -425,7 +435,7 @@ class Store:
             _hold_for_trial(session, lease, trial_id)
             done = _rowcount(session, update(SweepTrial).where(
                 SweepTrial.id == trial_id, SweepTrial.status.in_(UNFINISHED_TRIAL_STATUSES),
-            ).values(heartbeat_at=utcnow()))
+            ).values(heartbeat_at=db_now(session)))
             if not done:
                 trial = _get(session, SweepTrial, trial_id, "trial")
                 raise Conflict(f"trial {trial_id} is {trial.status}")
@@ -436,8 +446,7 @@ class Store:
         timings, and the whole result as JSON. Only an unfinished trial can finish
         (:class:`Conflict` otherwise, e.g. after orphan recovery marked it lost), and
         under ``lease`` only while the lease is current (:class:`LeaseLost`)."""
-        now = utcnow()
-        values = {
+        values: dict[str, Any] = {
             "status": result.status,
             "failure_class": result.failure,
             "objective": result.objective,
@@ -449,10 +458,9 @@ class Store:
             "gpu_driver": result.engine.gpu_driver,
             "model_revision": result.engine.model_revision,
             "headroom": result.headroom,
-            "finished_at": now,
-            "heartbeat_at": now,
         }
         with self._session() as session:
+            values["finished_at"] = values["heartbeat_at"] = db_now(session)
             _hold_for_trial(session, lease, trial_id)
             trial = _get(session, SweepTrial, trial_id, "trial")
             values["engine"] = (trial.spec or {}).get("engine")
@@ -475,8 +483,8 @@ class Store:
         while it is current: a coordinator that lost the sweep never marks its
         successor's trials lost.
         """
-        now = utcnow()
         with self._session() as session:
+            now = db_now(session)
             _sweep_with_workload(session, sweep_id)
             if lease is not None:
                 _hold(session, _same_sweep(lease, sweep_id))
@@ -570,6 +578,7 @@ class Store:
                 result=dict(result) if result is not None else None, verdict=verdict,
                 rollback=rollback, controls=dict(controls) if controls is not None else None,
                 stop_condition=list(stop_condition) if stop_condition is not None else None,
+                created_at=db_now(session),
             )
             session.add(card)
             session.flush()
@@ -663,11 +672,12 @@ def _upsert_workload(session: Session, workload: Workload) -> WorkloadRow:
     row = session.scalars(select(WorkloadRow).where(WorkloadRow.name == workload.name)
                           .with_for_update()).one_or_none()
     if row is None:
-        row = WorkloadRow(name=workload.name, spec=spec)
+        now = db_now(session)
+        row = WorkloadRow(name=workload.name, spec=spec, created_at=now, updated_at=now)
         session.add(row)
     elif row.spec != spec:
         row.spec = spec
-        row.updated_at = utcnow()
+        row.updated_at = db_now(session)
     session.flush()
     return row
 
@@ -736,8 +746,7 @@ def _sweep_record(sweep: Sweep, workload_name: str) -> SweepRecord:
     return SweepRecord.model_validate({**columns, "workload": workload_name})
 
 
-def _status_timestamps(status: str) -> dict[str, Any]:
-    now = utcnow()
+def _status_timestamps(status: str, now: datetime) -> dict[str, Any]:
     if status == "running":
         return {"started_at": func.coalesce(Sweep.started_at, now)}
     if status in _TERMINAL:

@@ -78,6 +78,8 @@ JSONType = JSON().with_variant(JSONB(), "postgresql")
 
 
 def utcnow() -> datetime:
+    """This host's time: only a default for rows made outside the store, which writes
+    every stored time by the database's clock (:func:`tuner.db.session.db_now`)."""
     return datetime.now(UTC)
 
 

@@ -13,18 +13,19 @@ import json
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, func, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from tuner.db.errors import StorageError, StorageUnavailable, translate
-from tuner.settings import normalize_database_url, redact_url
+from tuner.settings import normalize_database_url
 
-__all__ = ["dumps_json", "make_db_engine", "session_scope", "translated"]
+__all__ = ["db_now", "dumps_json", "make_db_engine", "session_scope", "translated"]
 
 _SQLITE_BUSY_TIMEOUT_S = 30.0
 _PG_CONNECT_TIMEOUT_S = 5
@@ -47,7 +48,8 @@ def make_db_engine(url: str, *, echo: bool = False) -> Engine:
                 Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise StorageUnavailable(
-                    f"cannot create the directory of {redact_url(url)}: {exc}") from exc
+                    "cannot create the SQLite database's directory "
+                    f"({exc.strerror or exc})") from exc
         kwargs["connect_args"] = {"timeout": _SQLITE_BUSY_TIMEOUT_S}
         engine = create_engine(sa_url, **kwargs)
         event.listen(engine, "connect", _sqlite_pragmas)
@@ -56,6 +58,23 @@ def make_db_engine(url: str, *, echo: bool = False) -> Engine:
         kwargs["connect_args"] = {"connect_timeout": _PG_CONNECT_TIMEOUT_S}
     kwargs["pool_pre_ping"] = True
     return create_engine(sa_url, **kwargs)
+
+
+def db_now(session: Session) -> datetime:
+    """The time by the database's clock: the one clock of leases and stored times.
+
+    Coordinators on several hosts disagree about the time (drift, NTP steps, a clock
+    set wrong); a heartbeat written by one and judged stale by another must be read on
+    one clock, or a fast clock takes over live sweeps and a slow one loses its own.
+    Postgres has that clock (``statement_timestamp()``); SQLite has no server, so its
+    clock is this host's, as SQLite's own ``now`` is.
+    """
+    bind = session.get_bind()
+    if bind.dialect.name == "postgresql":
+        value = session.scalar(select(func.statement_timestamp()))
+        if isinstance(value, datetime):
+            return value.astimezone(UTC)
+    return datetime.now(UTC)
 
 
 def dumps_json(value: Any) -> str:
@@ -88,18 +107,18 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
 
 
 @contextmanager
-def translated(url: object) -> Iterator[None]:
+def translated() -> Iterator[None]:
     """Re-raise any SQLAlchemy/driver error in the block as our :class:`StorageError`."""
     try:
         yield
     except SQLAlchemyError as exc:
-        raise translate(exc, url) from exc
+        raise translate(exc) from exc
 
 
 @contextmanager
-def session_scope(factory: sessionmaker[Session], url: object) -> Iterator[Session]:
+def session_scope(factory: sessionmaker[Session]) -> Iterator[Session]:
     """One transaction: commit on success, roll back on error, errors translated once."""
-    with translated(url):
+    with translated():
         session = factory()
         try:
             yield session

@@ -2,7 +2,8 @@
 
 Each test attacks real ``slotune`` processes — ``kill -9`` at several moments, SIGSTOP of
 an owner while a successor takes over and SIGCONT after, two coordinators on one queue, a
-coordinator racing ``sweep run`` — and then checks what must hold of every sweep that
+coordinator racing ``sweep run``, a coordinator whose clock is ten minutes fast (Debian's
+``faketime``) beside a healthy one — and then checks what must hold of every sweep that
 survived (:func:`assert_survived`): done, every trial measured once under a number never
 reused, nothing running in our tables or in the Optuna study, the view's winner the best
 ok trial (confirmed first), and no process of ours left.
@@ -15,10 +16,13 @@ runs the suite alone. Trials run on the simulated engine in virtual time
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import optuna
@@ -254,3 +258,61 @@ def test_a_polling_coordinator_never_takes_a_foreground_sweep(
     rows = assert_survived(store, postgres_url, sweep_id, trials=3)
     assert len({t.worker for t in rows}) == 1  # all the foreground run's own
     assert poller.poll() is None
+
+
+# --- a skewed clock -------------------------------------------------------------------
+
+
+def test_a_coordinator_with_a_fast_clock_takes_no_live_sweep(
+        postgres_store: Store, postgres_url: str, long_workload: Path,
+        procs: Processes) -> None:
+    """A coordinator ten minutes fast (libfaketime) beside a healthy one on one queue:
+    leases are read on the database's clock, so no live sweep changes hands."""
+    libfaketime = sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"))
+    assert libfaketime, "Debian's faketime is not installed (.ci/run installs it)"
+    store = postgres_store
+    healthy = procs.start("coordinator", "--executor", "virtual", "--poll", "0.3",
+                          "--database-url", postgres_url)
+    submitted = []
+    for _ in range(2):
+        run = subprocess.run([SLOTUNE, "sweep", "submit", "--strategy", "random", "--trials",
+                              "20", "--workload", str(long_workload), "--database-url",
+                              postgres_url], capture_output=True, text=True, timeout=60)
+        assert run.returncode == 0, run.stderr
+        submitted.append(int(run.stdout.strip()))
+    wait_for(lambda: all(store.get_sweep(s).status == "running" for s in submitted), 60,
+             "the healthy coordinator to run both sweeps")
+    holder = store.get_sweep(submitted[0]).claimed_by
+    # Preloaded into the coordinator itself (the faketime wrapper would be a parent
+    # process that a signal stops without its child).
+    skewed = subprocess.Popen(
+        [SLOTUNE, "coordinator", "--executor", "virtual", "--poll", "0.3", "--database-url",
+         postgres_url], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL, text=True,
+        env={**os.environ, "LD_PRELOAD": str(libfaketime[0]), "FAKETIME": "+10m",
+             "FAKETIME_DONT_FAKE_MONOTONIC": "1"})
+    procs.started.append(skewed)
+    # By its clock every heartbeat is ten minutes stale: it would take both sweeps at its
+    # first poll, a second after it starts.
+    time.sleep(6)
+    assert skewed.poll() is None  # it serves: a skew is said, not fatal
+    assert [s for s in submitted if store.get_sweep(s).status == "running"], \
+        "the sweeps ended before the skewed coordinator could try"
+    for sweep_id in submitted:
+        sweep = store.get_sweep(sweep_id)
+        assert sweep.claimed_by == holder and sweep.lease_epoch == 1  # never claimed again
+    skewed.terminate()
+    _, err = skewed.communicate(timeout=30)
+    assert "s ahead of the database's" in err, err[-2000:]
+
+    wait_for(lambda: all(store.get_sweep(s).status == "done" for s in submitted), 240,
+             "both sweeps to finish")
+    assert healthy.poll() is None
+    now = datetime.now(UTC) + timedelta(seconds=1)  # this host's clock is the database's
+    for sweep_id in submitted:
+        rows = assert_survived(store, postgres_url, sweep_id, trials=20)
+        assert {t.worker for t in rows} == {holder}
+        assert not [t for t in rows if t.status == "lost"]
+        sweep = store.get_sweep(sweep_id)
+        assert sweep.finished_at is not None and sweep.finished_at <= now  # none from the future
+        assert all(t.finished_at is not None and t.finished_at <= now for t in rows)
