@@ -18,9 +18,9 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
 
-from tuner.db.errors import MigrationError
+from tuner.db.errors import MigrationError, public_reason
 from tuner.db.session import make_db_engine, translated
-from tuner.settings import normalize_database_url, redact_url
+from tuner.settings import normalize_database_url
 
 __all__ = [
     "VERSION_TABLE",
@@ -60,7 +60,7 @@ def current_revision(url: str) -> str | None:
     """Our schema revision at ``url`` (None: never migrated, or downgraded to base)."""
     engine = make_db_engine(url)
     try:
-        with translated(url), engine.connect() as conn:
+        with translated(), engine.connect() as conn:
             context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
             return context.get_current_revision()
     finally:
@@ -87,7 +87,7 @@ def _alembic(url: str) -> Iterator[Config]:
     config.attributes["database_url"] = normalized
     config.attributes["configure_logger"] = False
     try:
-        with translated(url):
+        with translated():
             yield config
     except CommandError as exc:
-        raise MigrationError(f"{exc} (database {redact_url(url)})") from exc
+        raise MigrationError(public_reason(str(exc))) from exc

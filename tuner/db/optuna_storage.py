@@ -53,7 +53,7 @@ def optuna_storage(url: str | None = None, *, heartbeat_interval: int | None = N
         return RDBStorage(target, engine_kwargs=engine_kwargs,
                           heartbeat_interval=heartbeat_interval)
     except SQLAlchemyError as exc:
-        raise translate(exc, target) from exc
+        raise translate(exc) from exc
 
 
 def create_or_load_study(
@@ -72,10 +72,10 @@ def create_or_load_study(
             study_name=name, storage=storage or optuna_storage(url), direction=direction,
             sampler=sampler, load_if_exists=True)
     except SQLAlchemyError as exc:
-        raise translate(exc, optuna_url(url)) from exc
+        raise translate(exc) from exc
     except optuna.exceptions.StorageInternalError as exc:
         # Optuna wraps the SQLAlchemy error it met in its own; unwrap it into ours.
         cause = exc.__cause__
         if isinstance(cause, SQLAlchemyError):
-            raise translate(cause, optuna_url(url)) from exc
+            raise translate(cause) from exc
         raise StorageError(str(exc)) from exc
