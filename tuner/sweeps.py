@@ -31,8 +31,11 @@ SEED_MAX = 2**32 - 1
 
 
 def _check_text(value: Any, where: str = "request") -> None:
-    """Refuse text that cannot be stored or printed (a lone UTF-16 surrogate)."""
+    """Refuse text that cannot be stored or printed (a NUL, a lone UTF-16 surrogate)."""
     if isinstance(value, str):
+        if "\x00" in value:
+            raise ValueError(f"{where}: text may not hold a NUL character (\\u0000), which "
+                             "no database column can store; remove it")
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:

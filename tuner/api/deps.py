@@ -5,25 +5,30 @@ on ``app.state``. ``WriterDep`` guards every write (``Authorization: Bearer
 <SLOTUNE_API_TOKEN>``), ``ReaderDep`` every read when ``SLOTUNE_API_READ_TOKEN`` is set.
 Tokens are compared with :func:`hmac.compare_digest` (no timing oracle) and never logged
 or echoed back. A server without a write token refuses writes: an open write API that
-queues GPU-hours of work is not a safe default.
+queues GPU-hours of work is not a safe default. ``UniqueKeys`` refuses a JSON body that
+gives one key twice, as spaces and workloads in YAML are refused (the last one would win).
 """
 
 from __future__ import annotations
 
 import hmac
+import json
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import SecretStr
 
+from tuner.api.errors import InvalidInput
 from tuner.settings import Settings
 from tuner.store import Store
+from workers.safe_yaml import DuplicateKeyError, unique_keys
 
 __all__ = [
     "ReaderDep",
     "SettingsDep",
     "StoreDep",
+    "UniqueKeys",
     "WriterDep",
     "require_reader",
     "require_writer",
@@ -92,3 +97,16 @@ def require_reader(settings: SettingsDep, credentials: _Credentials) -> None:
 
 WriterDep = Annotated[None, Depends(require_writer)]
 ReaderDep = Annotated[None, Depends(require_reader)]
+
+
+async def _unique_json_keys(request: Request) -> None:
+    body = await request.body()  # cached by Starlette: the route's own parse reuses it
+    try:
+        json.loads(body, object_pairs_hook=unique_keys)
+    except DuplicateKeyError as exc:
+        raise InvalidInput(["body"], str(exc), "duplicate_key") from None
+    except ValueError:
+        return  # not JSON at all: the body's own validation says so
+
+
+UniqueKeys = Depends(_unique_json_keys)

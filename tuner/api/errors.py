@@ -13,10 +13,13 @@ import logging
 from collections.abc import Sequence
 
 from fastapi import FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from sqlalchemy.exc import DataError
+from starlette.exceptions import HTTPException
+from starlette.responses import Response
 
 from tuner.db.errors import StorageError, http_status
 from tuner.planner import AmbiguousSlo, NothingMeasured, PlanError, SloNeverMet
@@ -56,6 +59,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StorageError, _storage_error)  # type: ignore[arg-type]
     app.add_exception_handler(PlanError, _plan_error)  # type: ignore[arg-type]
     app.add_exception_handler(InvalidInput, _invalid_input)  # type: ignore[arg-type]
+    app.add_exception_handler(HTTPException, _http_error)  # type: ignore[arg-type]
 
 
 def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -69,6 +73,16 @@ def _validation_error(_request: Request, exc: RequestValidationError) -> JSONRes
                "msg": _printable(err.get("msg", "invalid")),
                "type": _printable(err.get("type", "value_error"))} for err in exc.errors()]
     return JSONResponse({"detail": detail}, status_code=422)
+
+
+async def _http_error(request: Request, exc: HTTPException) -> Response:
+    """FastAPI answers a body it cannot decode (not UTF-8) with a bare 400, and a body
+    that is not JSON with a 422: both are a body that is not JSON, so both are 422."""
+    if exc.status_code == 400 and isinstance(exc.__cause__, UnicodeDecodeError):
+        return _invalid(["body"], "the body is not JSON: it is not UTF-8 text "
+                        f"({exc.__cause__.reason} at byte {exc.__cause__.start})",
+                        "json_invalid")
+    return await http_exception_handler(request, exc)
 
 
 def _printable(part: object) -> str | int:

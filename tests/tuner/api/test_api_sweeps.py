@@ -158,10 +158,41 @@ async def test_oversized_bodies_are_413(make_client: ClientFactory, store: Store
     assert store.list_sweeps().count == 1
 
 
-async def test_malformed_json_is_422(client: httpx.AsyncClient) -> None:
-    response = await client.post("/api/v1/sweeps", content=b"{not json",
+@pytest.mark.parametrize("body", [b"{not json", b'{"name": "\xff"}', b'{"a": 1}x'],
+                         ids=["not-json", "not-utf8", "trailing"])
+async def test_malformed_json_is_422(client: httpx.AsyncClient, body: bytes) -> None:
+    for route in ("/api/v1/sweeps", "/api/v1/capacity"):
+        response = await client.post(route, content=body,
+                                     headers={**WRITE, "Content-Type": "application/json"})
+        assert response.status_code == 422, response.text
+        assert response.json()["detail"][0]["type"] == "json_invalid"
+
+
+async def test_a_key_given_twice_is_refused_not_overwritten(client: httpx.AsyncClient,
+                                                            store: Store) -> None:
+    body = (b'{"space": {"name": "dup", "model": "Qwen/Qwen2.5-7B-Instruct", "gpu": "a100",'
+            b' "knobs": {"max_num_seqs": {"type": "values", "values": [32, 64]},'
+            b' "max_num_seqs": {"type": "values", "values": [128]}}}}')
+    response = await client.post("/api/v1/sweeps", content=body,
                                  headers={**WRITE, "Content-Type": "application/json"})
+    assert response.status_code == 422, response.text
+    detail = response.json()["detail"][0]
+    assert detail["type"] == "duplicate_key" and "'max_num_seqs' is given twice" in detail["msg"]
+    assert store.list_sweeps().count == 0
+
+
+@pytest.mark.parametrize("body", [{"name": "night\u0000"}, {"owner": "a\u0000"},
+                                  {"space": {"model": "m\u0000"}}],
+                         ids=["name", "owner", "inline-space"])
+async def test_a_nul_is_refused_at_the_edge_and_no_error_names_the_database(
+        client: httpx.AsyncClient, store: Store, body: dict[str, object]) -> None:
+    response = await client.post("/api/v1/sweeps", json=body, headers=WRITE)
     assert response.status_code == 422
+    text = response.text
+    assert "NUL" in text
+    for infrastructure in ("postgresql", "127.0.0.1", "5432", "postgres@", "sqlite"):
+        assert infrastructure not in text, text
+    assert store.list_sweeps().count == 0
 
 
 async def test_report_renders_or_says_why(client: httpx.AsyncClient) -> None:

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Query, Response, status
 
-from tuner.api.deps import StoreDep, WriterDep
+from tuner.api.deps import StoreDep, UniqueKeys, WriterDep
 from tuner.api.errors import ERROR_RESPONSES, ErrorOut, InvalidInput
 from tuner.api.params import Limit, NameFilter, Offset, SweepId
 from tuner.api.schemas import CardOut, ListOut, SweepOut, TrialOut
@@ -31,7 +31,8 @@ _SHIPPED_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$")
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=SweepOut)
-def create_sweep(request: SweepRequest, store: StoreDep, _: WriterDep) -> SweepOut:
+def create_sweep(request: SweepRequest, store: StoreDep, _: WriterDep,
+                 __: Annotated[None, UniqueKeys]) -> SweepOut:
     """Queue a sweep (a coordinator claims and runs it). Body: a sweep request."""
     _refuse_paths(request)
     if request.slo is not None:
