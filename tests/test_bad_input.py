@@ -131,6 +131,9 @@ YAML_CASES = {
                    "knobs: {{}}\n", "no language-specific tags"),
     "not-a-mapping": ("- max_num_seqs\n- max_num_batched_tokens\n", "mapping of fields"),
     "huge": ("description: '" + "x" * (MAX_YAML_BYTES + 10) + "'\n", "byte limit"),
+    "duplicate-key": ("name: dup\nnum_prompts: 100\nknobs:\n  max_num_seqs: [32, 64]\n"
+                      "  max_num_seqs: [128]\n",
+                      "line 5: key 'max_num_seqs' is given twice"),
 }
 
 
@@ -146,7 +149,7 @@ def test_hostile_yaml_is_refused_by_the_space_loader(case: str, tmp_path: Path) 
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("case", ["alias-bomb", "python-tag", "huge"])
+@pytest.mark.parametrize("case", ["alias-bomb", "python-tag", "huge", "duplicate-key"])
 def test_hostile_yaml_is_refused_by_the_workload_loader(case: str, tmp_path: Path) -> None:
     content, expected = YAML_CASES[case]
     marker = tmp_path / "pwned"
@@ -157,7 +160,8 @@ def test_hostile_yaml_is_refused_by_the_workload_loader(case: str, tmp_path: Pat
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("case", ["syntax", "alias-bomb", "python-tag", "not-a-mapping"])
+@pytest.mark.parametrize("case", ["syntax", "alias-bomb", "python-tag", "not-a-mapping",
+                                  "duplicate-key"])
 def test_hostile_yaml_through_the_cli_stores_nothing(case: str, tmp_path: Path,
                                                     unchanged_db: str) -> None:
     content, expected = YAML_CASES[case]

@@ -4,7 +4,9 @@
 anchors and aliases: a few hundred bytes can describe a list of a billion items (the
 "billion laughs" alias bomb), and whatever walks the result (validation, JSON
 serialisation) would expand it. Our files never need anchors, so :func:`load_yaml`
-refuses any alias outright and caps the document's size before parsing.
+refuses any alias outright and caps the document's size before parsing. A key given
+twice in one mapping is refused too, naming both lines: YAML's loaders let the last one
+win, so a knob's values written earlier vanished without a word.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from typing import Any
 
 import yaml
 
-__all__ = ["MAX_YAML_BYTES", "YamlInputError", "load_yaml", "load_yaml_file"]
+__all__ = ["MAX_YAML_BYTES", "DuplicateKeyError", "YamlInputError", "load_yaml",
+           "load_yaml_file", "unique_keys"]
 
 MAX_YAML_BYTES = 1 << 20
 """1 MiB: a search space or workload is a few KiB; anything larger is a mistake."""
@@ -24,8 +27,40 @@ class YamlInputError(ValueError):
     """A YAML document we refuse: too large, not YAML, an alias, or a non-safe tag."""
 
 
+class DuplicateKeyError(ValueError):
+    """A JSON object that gives one key twice (``json.loads``' ``object_pairs_hook``)."""
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` for JSON a user wrote: the same rule as YAML's, a key given
+    twice in one object is refused, not silently overwritten by the last."""
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise DuplicateKeyError(f"key {key!r} is given twice in one object; keep one "
+                                    "(a list of values is one key)")
+        result[key] = value
+    return result
+
+
 class _NoAliasLoader(yaml.SafeLoader):
-    """SafeLoader that refuses aliases (``*name``), so nothing expands beyond the text."""
+    """SafeLoader that refuses aliases (``*name``), so nothing expands beyond the text,
+    and a key repeated in one mapping."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+            line = key_node.start_mark.line + 1
+            try:
+                first = seen.get(key)
+            except TypeError:  # an unhashable key: SafeLoader refuses it below
+                continue
+            seen[key] = line
+            if first is not None:
+                raise YamlInputError(f"line {line}: key {key!r} is given twice (lines {first} "
+                                     f"and {line}); keep one (a list of values is one key)")
+        return super().construct_mapping(node, deep=deep)  # type: ignore[no-untyped-call]
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):

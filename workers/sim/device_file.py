@@ -36,7 +36,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from workers.safe_yaml import YamlInputError, load_yaml_file
+from workers.safe_yaml import YamlInputError, load_yaml_file, unique_keys
 from workers.sim._specs import GiB, GPUSpec, UnknownCatalogEntry
 
 __all__ = ["DEVICE_FILE_SUFFIXES", "DeviceFileError", "is_device_file", "load_device_file"]
@@ -117,8 +117,8 @@ def _read(file: Path, where: str) -> Any:
         try:
             if file.stat().st_size > 1 << 20:
                 raise DeviceFileError(f"{where}: larger than 1 MiB; a device file is a few lines")
-            return json.loads(file.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            return json.loads(file.read_text(encoding="utf-8"), object_pairs_hook=unique_keys)
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
             raise DeviceFileError(f"{where} cannot be read as JSON: {exc}") from exc
     try:
         return load_yaml_file(file, where)
