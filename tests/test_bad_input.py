@@ -13,7 +13,9 @@ The rules these tests pin down (also in the modules' docstrings):
 * A trace file named in a workload must resolve, symlinks followed, under the workload
   file's directory or ``$SLOTUNE_HOME``; over the API a trace is a bare file name.
 * A report directory is created when missing; an existing one must not be a symlink,
-  and report files are never written through a symlink.
+  and report files are never written through a symlink. A disk that is already full is
+  refused up front; one that fills by the end costs the report (one line), not the sweep,
+  and leaves no partial file.
 * Engine arguments are an argv list: a hostile value is one argv element, the engine
   refuses it (``invalid_config``) and nothing it names runs.
 """
@@ -353,6 +355,50 @@ def test_unwritable_report_directories_are_refused_before_a_sweep_starts(
     line = slotune_refuses("sweep", "report", "1", "--output", where,
                            "--database-url", unchanged_db, cwd=tmp_path)
     assert "--output:" in line and "cannot be written" in line
+
+
+def _on_a_small_disk(size_kib: int, directory: Path, *command: str) -> tuple[int, str, str]:
+    """Run ``command`` with ``directory`` on a tmpfs of ``size_kib`` KiB, mounted in a
+    private mount namespace (``unshare``: no root needed, nothing left mounted); the
+    output ends with what the directory holds afterwards."""
+    directory.mkdir(parents=True, exist_ok=True)
+    script = ('dir=$1; shift; mount -t tmpfs -o size="$0"k tmpfs "$dir" || exit 99; "$@"; '
+              'code=$?; echo "LEFT: $(ls -A "$dir" | tr "\\n" " ")"; exit $code')
+    proc = subprocess.run(["unshare", "-Urm", "sh", "-c", script, str(size_kib),
+                           str(directory), *command], capture_output=True, text=True,
+                          timeout=180, stdin=subprocess.DEVNULL)
+    assert proc.returncode != 99, proc.stderr
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+@pytest.mark.slow
+def test_a_report_disk_that_fills_up_gives_one_line_and_no_partial_file(
+        tmp_path: Path) -> None:
+    reports = tmp_path / "reports"
+    code, out, err = _on_a_small_disk(
+        32, reports, SLOTUNE, "sweep", "run", "--executor", "virtual", "--strategy", "random",
+        "--trials", "2", "--confirm-top", "0", "--report-dir", str(reports),
+        "--database-url", f"sqlite:///{tmp_path / 'slotune.db'}")
+    assert code == 0, err[-2000:]  # the sweep's exit code, kept
+    assert "Traceback" not in out + err
+    said = [line for line in (out + err).splitlines() if "report" in line and "not" in line]
+    assert len(said) == 1 and "the disk is full" in said[0] and "sweep report 1" in said[0]
+    assert out.rstrip().endswith("LEFT:")  # neither sweep-1.html, nor a part of it
+    # The sweep is stored: the report can be written later, elsewhere.
+    later = subprocess.run([SLOTUNE, "sweep", "report", "1", "--output", str(tmp_path / "r2"),
+                            "--database-url", f"sqlite:///{tmp_path / 'slotune.db'}"],
+                           capture_output=True, text=True, timeout=60)
+    assert later.returncode == 0 and Path(later.stdout.strip()).stat().st_size > 32 * 1024
+
+
+def test_a_report_disk_already_full_is_refused_before_a_sweep_starts(
+        tmp_path: Path, unchanged_db: str) -> None:
+    reports = tmp_path / "reports"
+    code, _, err = _on_a_small_disk(
+        8, reports, SLOTUNE, "sweep", "run", "--executor", "virtual", "--trials", "1",
+        "--report-dir", str(reports), "--database-url", unchanged_db)
+    assert code == 2 and "Traceback" not in err
+    assert "KiB free" in err and "--report-dir" in err, err
 
 
 # --- the REST API -------------------------------------------------------------------------

@@ -181,7 +181,7 @@ def _run_with_progress(coordinator: Any, sweep: SweepRecord, console: Console, *
 
 def _finish(store: Any, sweep: SweepRecord, console: Console,
             report_dir: Path | None) -> int:
-    from tuner.report import ReportPathError
+    from tuner.report import ReportPathError, ReportWriteError
 
     rows = [r for r in store.best_config_per_workload()
             if (r.workload, r.model, r.gpu) == (sweep.workload, sweep.model, sweep.gpu)]
@@ -208,7 +208,7 @@ def _finish(store: Any, sweep: SweepRecord, console: Console,
         console.print(f"[yellow]{why}[/]", highlight=False)
     try:
         report = _write_report(store, sweep.id, report_dir)
-    except ReportPathError as exc:  # the sweep is stored: the report can be written later
+    except (ReportPathError, ReportWriteError) as exc:  # the sweep is stored: write it later
         console.print(f"[yellow]report not written: {exc}; write it with `slotune sweep "
                       f"report {sweep.id} --output DIR`[/]")
         report = None
@@ -442,7 +442,7 @@ def report(
     database_url: DatabaseUrl = None,
 ) -> None:
     """Write a sweep's report (HTML and Markdown) and print its path."""
-    from tuner.report import ReportPathError
+    from tuner.report import ReportPathError, ReportWriteError
 
     _check_report_dir(output, "--output")
     store, _ = _store(database_url)
@@ -453,6 +453,8 @@ def report(
         raise _fail(str(exc), exit_code(exc)) from None
     except ReportPathError as exc:
         raise _fail(f"--output: {exc}", 2) from None
+    except ReportWriteError as exc:
+        raise _fail(str(exc), 1) from None
     print(path)
 
 

@@ -25,7 +25,12 @@ from tuner.report._analysis import (
     analyse,
     pareto_front,
 )
-from tuner.report._paths import ReportPathError, prepare_report_dir, write_no_follow
+from tuner.report._paths import (
+    ReportPathError,
+    ReportWriteError,
+    prepare_report_dir,
+    write_no_follow,
+)
 from tuner.report._render import charts, render_html, render_markdown
 from tuner.report._svg import Chart, RefLine, Series, nice_ticks, render_chart
 from tuner.store import Store
@@ -37,6 +42,7 @@ __all__ = [
     "RefLine",
     "ReportFormat",
     "ReportPathError",
+    "ReportWriteError",
     "Series",
     "SweepReport",
     "TrialPoint",
@@ -87,7 +93,8 @@ def write_report(store: Store, sweep_id: int, directory: str | Path) -> tuple[Pa
 
     Where a report may go is :func:`prepare_report_dir`'s rule (no planted symlink, a
     writable directory; :class:`ReportPathError` otherwise). Nothing is written until
-    both pages are rendered. (The API never writes reports; it renders them.)
+    both pages are rendered, and each page is written whole or not at all
+    (:class:`ReportWriteError`). (The API never writes reports; it renders them.)
     """
     report = build_report(store, sweep_id)
     pages = {f"sweep-{sweep_id}.html": render_html(report),

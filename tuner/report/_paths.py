@@ -7,23 +7,36 @@ may write, such as a shared ``/tmp`` — and its files are opened without follow
 symlinks, so no link can redirect the write. Links that only their directory's owner
 could have made (a system's ``/var/run`` → ``/run``, a home on another disk) are followed
 as usual. A directory that cannot be written (read-only filesystem, ``/proc``, no
-permission) is refused with the reason, before anything runs.
+permission) or whose disk is all but full is refused with the reason, before anything
+runs. A report is written to a temporary name beside its target and renamed into place,
+so a write that fails (the disk filled during the night) leaves no partial file.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import shutil
 import stat
 import tempfile
 from pathlib import Path
 
-__all__ = ["ReportPathError", "prepare_report_dir", "write_no_follow"]
+__all__ = ["MIN_FREE_BYTES", "ReportPathError", "ReportWriteError", "prepare_report_dir",
+           "write_no_follow"]
+
+MIN_FREE_BYTES = 16 * 1024
+"""Less free space than this under the report directory is refused up front: no report
+fits (the smallest, of a two-trial sweep, is some 50 KiB; the HTML carries its charts
+inline). More than this may still fill up by the end: that is a warning then."""
 
 
 class ReportPathError(ValueError):
     """The report cannot go where it was asked to (a planted symlink, not a directory,
-    not writable); the message says why and what to give instead."""
+    not writable, a full disk); the message says why and what to give instead."""
+
+
+class ReportWriteError(Exception):
+    """Writing the report failed part-way (disk full, I/O error); nothing was left."""
 
 
 def prepare_report_dir(directory: str | Path) -> Path:
@@ -42,22 +55,44 @@ def prepare_report_dir(directory: str | Path) -> Path:
     except OSError as exc:
         raise ReportPathError(f"report directory {folder} cannot be written "
                               f"({exc.strerror or exc}); give a writable directory") from None
+    free = shutil.disk_usage(folder).free
+    if free < MIN_FREE_BYTES:
+        raise ReportPathError(f"report directory {folder} is on a disk with only "
+                              f"{free // 1024} KiB free; a report needs tens of KiB or more: "
+                              "free space there or give another directory")
     return folder
 
 
 def write_no_follow(path: Path, text: str) -> None:
-    """Write ``text`` to ``path``, refusing (not following) a symlink planted there."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
+    """Write ``text`` to ``path`` whole or not at all, refusing a symlink planted there.
+
+    The text goes to a new temporary file in the same directory (created exclusively,
+    so no link can redirect it) and is renamed over ``path``: a reader sees the old
+    report or the new one, never half of one. :class:`ReportWriteError` when the write
+    fails; the temporary file is removed.
+    """
+    if path.is_symlink():
+        raise ReportPathError(f"report file {path} is a symlink; remove it or choose "
+                              "another directory")
     try:
-        fd = os.open(path, flags, 0o644)
+        fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.",
+                                         suffix=".part")
     except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise ReportPathError(f"report file {path} is a symlink; remove it or choose "
-                                  "another directory") from None
         raise ReportPathError(f"report file {path} cannot be written "
                               f"({exc.strerror or exc}); give a writable directory") from None
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except OSError as exc:
+        Path(temporary).unlink(missing_ok=True)
+        reason = ("the disk is full" if exc.errno == errno.ENOSPC
+                  else exc.strerror or str(exc))
+        raise ReportWriteError(f"report file {path} was not written ({reason}); nothing "
+                               "partial was left") from None
 
 
 def _refuse_planted_links(folder: Path) -> None:
