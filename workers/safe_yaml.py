@@ -50,7 +50,7 @@ class _NoAliasLoader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+            key = self.construct_object(key_node, deep=True)
             line = key_node.start_mark.line + 1
             try:
                 first = seen.get(key)
@@ -60,7 +60,7 @@ class _NoAliasLoader(yaml.SafeLoader):
             if first is not None:
                 raise YamlInputError(f"line {line}: key {key!r} is given twice (lines {first} "
                                      f"and {line}); keep one (a list of values is one key)")
-        return super().construct_mapping(node, deep=deep)  # type: ignore[no-untyped-call]
+        return super().construct_mapping(node, deep=deep)
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
