@@ -52,6 +52,10 @@ DatabaseUrl = Annotated[str | None, typer.Option(
 Executor = Annotated[str, typer.Option(
     help="Where trials run: 'ray' (local Ray with simulated GPUs, or RAY_ADDRESS) or "
     "'virtual' (the simulated engine in virtual time, in this process: seconds).")]
+ResumeExecutor = Annotated[str | None, typer.Option(
+    "--executor", help="Where trials run: default, the executor the sweep recorded (else "
+    "'ray'); naming another measures the remaining trials another way.",
+    show_default=False)]
 Gpus = Annotated[int | None, typer.Option(
     help="GPUs of the local Ray (simulated; ignored with RAY_ADDRESS), default 2; of the "
     "virtual executor, default: as many as the space's largest trial needs.", min=1, max=64,
@@ -105,6 +109,19 @@ def _executor(kind: str, gpus: int | None, space: Any = None) -> Any:
         return make_executor(kind, num_gpus=gpus, address=get_settings().ray.address)
     except ValueError as exc:
         raise _fail(str(exc), 2) from None
+
+
+def _resume_executor(sweep: SweepRecord, kind: str | None, gpus: int | None
+                     ) -> tuple[str, int | None, str]:
+    """The executor a resume uses: the one the sweep recorded, unless the command names
+    another; and what to say about it."""
+    recorded = sweep.executor
+    if recorded is None:
+        return kind or "ray", gpus, "" if kind else " (the sweep recorded no executor)"
+    if kind is None or kind == recorded.kind:
+        return recorded.kind, gpus or recorded.gpus, ", as it ran before"
+    return kind, gpus, (f"; it ran on {recorded.describe()} before, so its remaining "
+                        "trials are measured another way")
 
 
 def _check_placement(space: Any, placer: Any, *, strict: bool) -> list[str]:
@@ -295,7 +312,7 @@ def run(
         _check_placement(resolved_space, runner, strict=strict)
         me = new_coordinator_id()
         try:
-            sweep = queue_sweep(store, request, claimed_by=me)
+            sweep = queue_sweep(store, request, claimed_by=me, executor=runner.choice())
         except REQUEST_ERRORS as exc:
             raise _fail(reason(exc), 2) from None
         console = make_console()
@@ -392,7 +409,7 @@ def status(
 @sweep_app.command("resume")
 def resume(
     sweep_id: Annotated[int, typer.Argument(help="The sweep to resume.")],
-    executor: Executor = "ray",
+    executor: ResumeExecutor = None,
     gpus: Gpus = None,
     takeover: Annotated[bool, typer.Option(help="Take the sweep over now, even if its "
                                            "coordinator's heartbeat is recent (it died).")] =
@@ -412,7 +429,9 @@ def resume(
     console = make_console()
     from tuner.sweeps import resolve_space
 
-    runner = _executor(executor, gpus, resolve_space(sweep.space))
+    kind, gpus, said = _resume_executor(sweep, executor, gpus)
+    runner = _executor(kind, gpus, resolve_space(sweep.space))
+    console.print(f"sweep {sweep.id}: resumes on {runner.choice().describe()}{said}")
     try:
         final = _run(store, url, sweep, runner, console, takeover=takeover)
     finally:

@@ -648,7 +648,8 @@ class Coordinator:
         """
         self._check_clock()
         sweep = self.store.claim_sweep(sweep_id, self.coordinator_id,
-                                       stale_after_s=0.0 if takeover else STALE_AFTER_S)
+                                       stale_after_s=0.0 if takeover else STALE_AFTER_S,
+                                       executor=self.executor.choice())
         if sweep is None:
             current = self.store.get_sweep(sweep_id)
             raise Conflict(f"sweep {sweep_id} is {current.status}"
@@ -706,7 +707,8 @@ class Coordinator:
     def _claim(self, claimed: list[tuple[int, SweepRunner]]) -> None:
         while len(self._threads) + len(claimed) < self.max_sweeps:
             sweep = self.store.claim_next_sweep(self.coordinator_id,
-                                                stale_after_s=STALE_AFTER_S)
+                                                stale_after_s=STALE_AFTER_S,
+                                                executor=self.executor.choice())
             if sweep is None:
                 return
             try:

@@ -34,6 +34,7 @@ import time
 from collections.abc import Hashable
 from dataclasses import dataclass
 
+from tuner.db.records import ExecutorChoice
 from workers.contracts import TrialResult, TrialSpec
 
 __all__ = ["MAX_NODE_GPUS_ENV", "Largest", "RayExecutor", "TrialExecutor", "VirtualExecutor",
@@ -86,6 +87,13 @@ class Largest:
 class TrialExecutor(abc.ABC):
     """Runs trials somewhere; see the module docstring for the contract."""
 
+    kind: str
+    """The name ``make_executor`` knows it by; a sweep records it (:meth:`choice`)."""
+
+    def choice(self) -> ExecutorChoice:
+        """What a sweep records of where its trials ran: this kind, these GPUs."""
+        return ExecutorChoice(kind=self.kind, gpus=self.capacity())
+
     @abc.abstractmethod
     def submit(self, spec: TrialSpec) -> Handle: ...
 
@@ -110,6 +118,8 @@ class TrialExecutor(abc.ABC):
 
 class RayExecutor(TrialExecutor):
     """Trials as Ray tasks. Without ``address`` a local Ray starts with ``num_gpus``."""
+
+    kind = "ray"
 
     def __init__(self, address: str | None = None, *, num_gpus: int = 2,
                  num_cpus: int | None = None) -> None:
@@ -200,6 +210,8 @@ class RayExecutor(TrialExecutor):
 
 class VirtualExecutor(TrialExecutor):
     """Simulated-engine trials in virtual time, on a small thread pool in this process."""
+
+    kind = "virtual"
 
     def __init__(self, num_gpus: int = 2) -> None:
         self._gpus = num_gpus

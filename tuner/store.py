@@ -54,6 +54,7 @@ from tuner.db.models import (
 from tuner.db.records import (
     BestConfig,
     CardRecord,
+    ExecutorChoice,
     Lease,
     NoPassingConfig,
     OrphanTrial,
@@ -203,11 +204,12 @@ class Store:
         owner: str | None = None,
         optuna_study_name: str | None = None,
         claimed_by: str | None = None,
+        executor: ExecutorChoice | None = None,
     ) -> SweepRecord:
         """A new ``queued`` sweep; its workload is stored (upserted) in the same write.
 
         With ``claimed_by`` the sweep is born ``running`` under that coordinator (one
-        write: no other coordinator can claim it first).
+        write: no other coordinator can claim it first), on ``executor``.
 
         ``optuna_study_name`` defaults to :func:`study_name_for` of the new id; a name
         already used by another sweep is a :class:`Conflict`.
@@ -215,13 +217,13 @@ class Store:
         return _again_on_conflict(lambda: self._create_sweep(
             name=name, workload=workload, slo=slo, space=space, model=model, gpu=gpu,
             strategy=strategy, mode=mode, budget=budget, owner=owner,
-            optuna_study_name=optuna_study_name, claimed_by=claimed_by))
+            optuna_study_name=optuna_study_name, claimed_by=claimed_by, executor=executor))
 
     def _create_sweep(self, *, name: str, workload: Workload, slo: SLO,
                       space: Mapping[str, Any], model: str, gpu: str, strategy: str,
                       mode: ObjectiveMode, budget: Mapping[str, Any] | None,
                       owner: str | None, optuna_study_name: str | None,
-                      claimed_by: str | None) -> SweepRecord:
+                      claimed_by: str | None, executor: ExecutorChoice | None) -> SweepRecord:
         with self._session() as session:
             now = db_now(session)
             workload_row = _upsert_workload(session, workload)
@@ -230,7 +232,7 @@ class Store:
                 slo=slo.model_dump(mode="json"), slo_key=slo_key(slo), model=model, gpu=gpu,
                 strategy=strategy, mode=mode, status="queued", budget=dict(budget or {}),
                 progress={}, owner=owner, optuna_study_name=optuna_study_name,
-                created_at=now,
+                created_at=now, executor=executor.model_dump() if executor else None,
             )
             if claimed_by is not None:
                 sweep.status, sweep.claimed_by, sweep.lease_epoch = "running", claimed_by, 1
@@ -275,14 +277,16 @@ class Store:
             return Page(data=[_sweep_record(s, n) for s, n in rows], count=count)
 
     def claim_sweep(self, sweep_id: int, coordinator: str, *,
-                    stale_after_s: float | None = None) -> SweepRecord | None:
+                    stale_after_s: float | None = None,
+                    executor: ExecutorChoice | None = None) -> SweepRecord | None:
         """Make ``coordinator`` the one running this sweep; None if someone else holds it.
 
         A queued sweep is claimed (→ running). A running one is claimed again by the
         same coordinator (a restart under the same id), or taken over when its holder's
         heartbeat is older than ``stale_after_s`` (its coordinator died: resume). Every
         claim starts a new lease (the record's :attr:`~SweepRecord.lease`): writes under
-        any earlier one are refused from now on.
+        any earlier one are refused from now on. A sweep that never recorded its
+        executor records ``executor`` with the claim.
         """
         with self._session() as session:
             now = db_now(session)
@@ -297,11 +301,16 @@ class Store:
                                         heartbeat_at=now, lease_epoch=Sweep.lease_epoch + 1,
                                         started_at=func.coalesce(Sweep.started_at, now)))
             sweep, name = _sweep_with_workload(session, sweep_id)
+            if claimed and sweep.executor is None and executor is not None:
+                sweep.executor = executor.model_dump()
+                session.flush()
             return _sweep_record(sweep, name) if claimed else None
 
-    def claim_next_sweep(self, coordinator: str, *,
-                         stale_after_s: float | None = None) -> SweepRecord | None:
-        """Claim the oldest queued sweep (or orphaned running one, see :meth:`claim_sweep`)."""
+    def claim_next_sweep(self, coordinator: str, *, stale_after_s: float | None = None,
+                         executor: ExecutorChoice | None = None) -> SweepRecord | None:
+        """Claim the oldest queued sweep (or orphaned running one, see :meth:`claim_sweep`)
+        that ``executor`` may run: one recorded on another kind of executor is left for
+        a resume that names it (its trials would be measured another way)."""
         with self._session() as session:
             filters: list[ColumnElement[bool]] = [Sweep.status == "queued"]
             if stale_after_s is not None:
@@ -309,11 +318,14 @@ class Store:
                 filters.append(and_(Sweep.status == "running",
                                     or_(Sweep.heartbeat_at.is_(None),
                                         Sweep.heartbeat_at < cutoff)))
-            candidates = session.scalars(
-                select(Sweep.id).where(or_(*filters)).order_by(Sweep.created_at, Sweep.id)
-                .limit(20)).all()
+            rows = session.execute(
+                select(Sweep.id, Sweep.executor).where(or_(*filters))
+                .order_by(Sweep.created_at, Sweep.id).limit(20)).all()
+        candidates = [sweep_id for sweep_id, recorded in rows
+                      if executor is None or not recorded or recorded.get("kind") == executor.kind]
         for sweep_id in candidates:  # another coordinator may win a race: try the next
-            claimed = self.claim_sweep(sweep_id, coordinator, stale_after_s=stale_after_s)
+            claimed = self.claim_sweep(sweep_id, coordinator, stale_after_s=stale_after_s,
+                                       executor=executor)
             if claimed is not None:
                 return claimed
         return None

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from tuner.db.records import SweepRecord
+from tuner.db.records import ExecutorChoice, SweepRecord
 from tuner.spaces import SearchSpace, SpaceError, load_space, parse_space
 from tuner.store import Store
 from tuner.strategies import DEFAULT_STRATEGY, STRATEGIES
@@ -142,10 +142,11 @@ def resolve(request: SweepRequest) -> tuple[SearchSpace, Workload, SLO]:
     return space, workload, slo
 
 
-def queue_sweep(store: Store, request: SweepRequest, *,
-                claimed_by: str | None = None) -> SweepRecord:
+def queue_sweep(store: Store, request: SweepRequest, *, claimed_by: str | None = None,
+                executor: ExecutorChoice | None = None) -> SweepRecord:
     """Store a ``queued`` sweep for a coordinator to run (or, with ``claimed_by``, one
-    already ``running`` under that coordinator: ``sweep run`` in the foreground)."""
+    already ``running`` under that coordinator on ``executor``: ``sweep run`` in the
+    foreground)."""
     space, workload, slo = resolve(request)
     return store.create_sweep(
         name=request.name or f"{space.name}-{request.strategy}",
@@ -153,7 +154,7 @@ def queue_sweep(store: Store, request: SweepRequest, *,
         space=space.model_dump(mode="json"),
         model=space.model, gpu=space.gpu, strategy=request.strategy, mode=space.mode,
         budget={**request.budget.model_dump(mode="json"), "seed": request.seed},
-        owner=request.owner, claimed_by=claimed_by,
+        owner=request.owner, claimed_by=claimed_by, executor=executor,
     )
 
 

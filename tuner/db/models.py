@@ -169,6 +169,9 @@ class Sweep(Base):
     lease_epoch: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     """How many times the sweep was claimed; the current holder's writes carry this value
     (a :class:`~tuner.db.records.Lease`) and are refused once a later claim raised it."""
+    executor: Mapped[dict[str, Any] | None] = mapped_column(JSONType, nullable=True)
+    """Where its trials run, ``{"kind": "ray" | "virtual", "gpus": N}``; None until the
+    first claim by a coordinator (then any executor may run it)."""
     optuna_study_name: Mapped[str | None] = mapped_column(String(200), unique=True)
     stop_reason: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

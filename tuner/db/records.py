@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict
 __all__ = [
     "BestConfig",
     "CardRecord",
+    "ExecutorChoice",
     "Lease",
     "NoPassingConfig",
     "OrphanTrial",
@@ -62,6 +63,18 @@ class Lease:
     epoch: int
 
 
+class ExecutorChoice(BaseModel):
+    """Where a sweep's trials run: the executor's kind and the GPUs it was given."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: str
+    gpus: int
+
+    def describe(self) -> str:
+        return f"the {self.kind} executor with {self.gpus} GPU{'s' if self.gpus != 1 else ''}"
+
+
 class SweepRecord(_Record):
     id: int
     name: str
@@ -82,6 +95,8 @@ class SweepRecord(_Record):
     claimed_by: str | None
     heartbeat_at: datetime | None
     lease_epoch: int = 0
+    executor: ExecutorChoice | None = None
+    """Where its trials run (None: not claimed yet, or stored before this was kept)."""
     optuna_study_name: str | None
     stop_reason: str | None
     created_at: datetime

@@ -316,3 +316,29 @@ def test_a_coordinator_with_a_fast_clock_takes_no_live_sweep(
         sweep = store.get_sweep(sweep_id)
         assert sweep.finished_at is not None and sweep.finished_at <= now  # none from the future
         assert all(t.finished_at is not None and t.finished_at <= now for t in rows)
+
+
+# --- a resume keeps the executor -----------------------------------------------------
+
+
+def test_a_killed_virtual_sweep_resumes_virtual_without_being_told(
+        postgres_store: Store, postgres_url: str, long_workload: Path,
+        procs: Processes) -> None:
+    store = postgres_store
+    proc = sweep_run(procs, postgres_url, long_workload, "--trials", "4", "--confirm-top", "0",
+                     "--gpus", "3")
+    sweep_id = wait_for(lambda: the_sweep(store), 60, "the sweep to be created")
+    wait_for(lambda: _mid_search(store, sweep_id), 120, "the sweep to be mid-search")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    recorded = store.get_sweep(sweep_id).executor
+    assert recorded is not None and (recorded.kind, recorded.gpus) == ("virtual", 3)
+
+    run = subprocess.run([SLOTUNE, "sweep", "resume", str(sweep_id), "--takeover",
+                          "--database-url", postgres_url], capture_output=True, text=True,
+                         timeout=300, stdin=subprocess.DEVNULL)
+    assert run.returncode in (0, 3), run.stderr[-2000:]
+    assert (f"sweep {sweep_id}: resumes on the virtual executor with 3 GPUs, as it ran "
+            "before") in run.stdout
+    assert "ray" not in (run.stdout + run.stderr).lower()  # no Ray was started
+    assert_survived(store, postgres_url, sweep_id, trials=4)

@@ -31,6 +31,8 @@ from workers.contracts import TrialResult, TrialSpec
 class RecordingExecutor(TrialExecutor):
     """A virtual executor that remembers what it ran and can lose chosen workers."""
 
+    kind = "virtual"
+
     def __init__(self, gpus: int = 2, lose: set[str] | None = None,
                  overload: set[str] | None = None, fail_repeats: bool = False) -> None:
         self.inner = VirtualExecutor(gpus)

@@ -31,6 +31,8 @@ def spec(params: dict[str, Any], trial_id: str) -> TrialSpec:
 class Scripted(TrialExecutor):
     """The virtual executor, with chosen trials' results replaced as they come back."""
 
+    kind = "virtual"
+
     def __init__(self, gpus: int = 2, replace: dict[str, dict[str, Any]] | None = None) -> None:
         self.inner = VirtualExecutor(gpus)
         self.replace = replace or {}

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from tuner.db.records import ExecutorChoice
 from tuner.store import (
     Conflict,
     LeaseLost,
@@ -440,6 +441,24 @@ def test_concurrent_coordinators_never_claim_the_same_sweep(store: Store,
     won = [c for c in claims if c is not None]
     assert sorted(c.id for c in won) == sorted(ids)  # each sweep once, none twice
     assert {store.get_sweep(c.id).claimed_by for c in won} == {c.claimed_by for c in won}
+
+
+def test_a_sweep_records_its_executor_and_only_that_kind_takes_it_over(store: Store) -> None:
+    virtual, ray = ExecutorChoice(kind="virtual", gpus=3), ExecutorChoice(kind="ray", gpus=8)
+    sweep = _sweep(store)
+    claimed = store.claim_next_sweep("c1", executor=virtual)
+    assert claimed is not None and claimed.executor == virtual  # recorded by the first claim
+    # Its coordinator died: a Ray coordinator leaves it, a virtual one takes it over,
+    # and the record stays as first written.
+    assert store.claim_next_sweep("c2", stale_after_s=0.0, executor=ray) is None
+    taken = store.claim_next_sweep("c3", stale_after_s=0.0,
+                                   executor=ExecutorChoice(kind="virtual", gpus=1))
+    assert taken is not None and taken.id == sweep.id and taken.executor == virtual
+    # A queued sweep that recorded none is anyone's.
+    fresh = _sweep(store, name="fresh")
+    assert store.get_sweep(fresh.id).executor is None
+    got = store.claim_next_sweep("c4", executor=ray)
+    assert got is not None and got.id == fresh.id and got.executor == ray
 
 
 def test_concurrent_writers_of_one_new_workload_both_succeed(store: Store,
