@@ -483,18 +483,29 @@ def coordinator_command(
     once: Annotated[bool, typer.Option(help="Exit when no sweep is queued or running.")] =
         False,
     poll: Annotated[float, typer.Option(help="Seconds between looks for queued sweeps.")] = 2.0,
+    database_wait: Annotated[float | None, typer.Option(
+        help="At start, wait at most this many seconds for the database to answer, then "
+        "exit 1 (default: wait as long as it takes, as mid-run).", min=0,
+        show_default=False)] = None,
     database_url: DatabaseUrl = None,
 ) -> None:
     """Run queued sweeps (several at once, sharing the GPUs) until stopped."""
     from tuner.coordinator import Coordinator
+    from tuner.store import Store
 
-    store, url = _store(database_url)
+    url = database_url or get_settings().database.url
+    try:
+        store = Store(url)  # no connection yet: serving waits for the database
+    except StorageError as exc:
+        raise _fail(str(exc), exit_code(exc)) from None
     runner = _executor(executor, gpus)
     coordinator = Coordinator(store, runner, database_url=url)
     print(f"{coordinator.coordinator_id}: serving sweeps from {redact_url(url)} "
           f"on {runner.capacity()} GPUs", flush=True)
     try:
-        coordinator.serve(poll_s=poll, once=once)
+        coordinator.serve(poll_s=poll, once=once, start_wait_s=database_wait)
+    except StorageError as exc:
+        raise _fail(str(exc), exit_code(exc)) from None
     except KeyboardInterrupt:
         pass
     finally:

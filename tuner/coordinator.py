@@ -668,20 +668,36 @@ class Coordinator:
         return final
 
     def serve(self, *, poll_s: float = 2.0, once: bool = False,
-              stop: threading.Event | None = None) -> None:
-        """Run queued sweeps as they come, each in its own thread, sharing the GPUs."""
+              stop: threading.Event | None = None, start_wait_s: float | None = None) -> None:
+        """Run queued sweeps as they come, each in its own thread, sharing the GPUs.
+
+        A database that does not answer is waited for, at start as mid-run (backoff, one
+        line when it goes, one when it is back); at start for at most ``start_wait_s``
+        (None: forever), then :class:`StorageUnavailable`. A schema that is not there
+        once it answers is :class:`SchemaMissing`: waiting would not fix it.
+        """
         stop = stop or threading.Event()
         outage = _Outage()
+        started: float | None = None
+        since = time.monotonic()
         while not stop.is_set():
             for sweep_id, thread in list(self._threads.items()):
                 if not thread.is_alive():
                     del self._threads[sweep_id]
             try:
+                if started is None:
+                    self.store.check_schema()
+                    started = time.monotonic()
                 self._check_clock()
                 self._claim_and_start()
             except TRANSIENT_STORAGE_ERRORS as exc:
                 # Ride it out: the sweeps already running keep their results in their
                 # outboxes; claiming resumes when the database answers again.
+                if (started is None and start_wait_s is not None
+                        and time.monotonic() - since >= start_wait_s):
+                    raise StorageUnavailable(
+                        f"{describe(exc)}; gave up waiting for the database after "
+                        f"{start_wait_s:g} s at start") from exc
                 outage.failed(exc)
                 stop.wait(outage.backoff_s(poll_s))
                 continue

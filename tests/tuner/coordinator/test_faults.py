@@ -6,7 +6,8 @@
 * (``kill -9`` of the coordinator at several moments, and the other attacks on it: the
   chaos suite, ``test_chaos.py``);
 * Postgres is restarted mid-sweep: results that could not be written are kept and
-  written once it is back;
+  written once it is back; a coordinator started while it is down waits for it (or, with
+  ``--database-wait``, gives up with one line) and then runs what is queued;
 * the engine's log overflows its disk budget: the log is capped and the trial scores.
 """
 
@@ -249,6 +250,41 @@ def test_serving_coordinator_rides_out_a_postgres_stop_then_runs_what_is_queued(
         coordinator.terminate()
         _, err = coordinator.communicate(timeout=30)
     # One line when the outage began and one when it ended, not one per retry.
+    lines = err.splitlines()
+    assert sum("retrying with backoff" in line for line in lines) == 1, err[-2000:]
+    assert sum("the database is back" in line for line in lines) == 1, err[-2000:]
+    assert "Traceback" not in err
+
+
+@pytest.mark.chaos
+def test_a_coordinator_started_before_its_database_waits_for_it_then_runs_the_queue(
+        postgres_store: Store, postgres_url: str) -> None:
+    store = postgres_store
+    queued = _queue_when_up(store)
+    assert queued is not None
+    args = ["coordinator", "--executor", "virtual", "--poll", "0.5", "--database-url",
+            postgres_url]
+    try:
+        _postgres("stop")
+        patient = subprocess.Popen([SLOTUNE, *args], stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+        bounded = subprocess.run([SLOTUNE, *args, "--database-wait", "2"], capture_output=True,
+                                 text=True, timeout=60, stdin=subprocess.DEVNULL)
+        time.sleep(2)
+        assert patient.poll() is None, "the coordinator exited without its database"
+    finally:
+        _postgres("start")
+    # The bounded one gave up with one slotune line, no traceback.
+    assert bounded.returncode == 1, bounded.stderr
+    assert "Traceback" not in bounded.stderr
+    assert "gave up waiting for the database after 2 s at start" in bounded.stderr
+    try:
+        final = wait_for(lambda: (s := store.get_sweep(queued)).status in ("done", "failed")
+                          and s, 120, "the queued sweep to run once the database is up")
+        assert final.status == "done", final.stop_reason
+    finally:
+        patient.terminate()
+        _, err = patient.communicate(timeout=30)
     lines = err.splitlines()
     assert sum("retrying with backoff" in line for line in lines) == 1, err[-2000:]
     assert sum("the database is back" in line for line in lines) == 1, err[-2000:]
