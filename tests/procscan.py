@@ -1,4 +1,4 @@
-"""Find processes by the trial marker every engine carries (``SLOTUNE_TRIAL_ID``)."""
+"""Find processes: by the trial marker every engine carries (``SLOTUNE_TRIAL_ID``), by parent."""
 
 from __future__ import annotations
 
@@ -22,3 +22,30 @@ def engine_pids(trial_id: str | None = None) -> list[int]:
         if needle in environ:
             pids.append(int(proc.name))
     return pids
+
+
+def descendants(pid: int) -> list[int]:
+    """PIDs of every live process below ``pid`` (children, their children …)."""
+    children: dict[int, list[int]] = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(proc.name))
+    found, stack = [], [pid]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
+def command_name(pid: int) -> str:
+    """The process's name (``/proc/PID/comm``); empty once it is gone."""
+    try:
+        return (Path("/proc") / str(pid) / "comm").read_text().strip()
+    except (FileNotFoundError, ProcessLookupError):
+        return ""

@@ -31,6 +31,7 @@ from tuner.answer import sweep_answer
 from tuner.cli_output import make_console
 from tuner.db.errors import Conflict, NotFound, StorageError, exit_code
 from tuner.db.records import BestConfig, SweepRecord
+from tuner.executors import ExecutorLost
 from tuner.progress import SweepProgress
 from tuner.settings import default_data_dir, get_settings, redact_url
 from tuner.strategies import DEFAULT_STRATEGY
@@ -334,6 +335,9 @@ def _run(store: Any, url: str, sweep: SweepRecord, runner: Any, console: Console
                                   takeover=takeover)
     except Conflict as exc:
         raise _fail(str(exc), exit_code(exc)) from None
+    except ExecutorLost as exc:
+        raise _fail(f"sweep {sweep.id} stopped: {exc}; its running trials are marked lost; "
+                    f"resume it with `slotune sweep resume {sweep.id}`", 1) from None
     except KeyboardInterrupt:
         raise _fail(f"interrupted; resume with `slotune sweep resume {sweep.id}`", 1) from None
 
@@ -506,6 +510,9 @@ def coordinator_command(
         coordinator.serve(poll_s=poll, once=once, start_wait_s=database_wait)
     except StorageError as exc:
         raise _fail(str(exc), exit_code(exc)) from None
+    except ExecutorLost as exc:
+        raise _fail(f"{exc}; the sweeps this coordinator ran are back in the queue", 1) \
+            from None
     except KeyboardInterrupt:
         pass
     finally:

@@ -46,7 +46,7 @@ from sqlalchemy import exc as sa_exc
 from tuner.confirmation import ConfirmationPhase, top_configurations
 from tuner.db.errors import Conflict, LeaseLost, StorageUnavailable, describe
 from tuner.db.records import Lease, SweepRecord, TrialRecord
-from tuner.executors import TrialExecutor
+from tuner.executors import ExecutorLost, TrialExecutor
 from tuner.launcher import GpuShare, Launched, TrialLauncher, gpu_hours, retry_as
 from tuner.outbox import Outbox
 from tuner.progress import Phase, SweepProgress
@@ -215,6 +215,10 @@ class SweepRunner:
         except LeaseLost as exc:
             self._fenced_out(exc)
             return self.store.get_sweep(self.sweep.id)
+        except ExecutorLost as exc:
+            if not self.lease_lost:
+                self._abandon(f"{exc}; resume it")
+            raise
         except BaseException:
             if not self.lease_lost:
                 self._abandon()
@@ -594,13 +598,12 @@ class SweepRunner:
         if self.on_progress is not None:
             self.on_progress(progress)
 
-    def _abandon(self) -> None:
+    def _abandon(self, reason: str = "coordinator stopped; resume it") -> None:
         """An error or an interrupt in this process: stop its trials, leave it resumable."""
         self._stop_trials()
         try:
             self.store.recover_orphans(self.sweep.id, lease=self.lease)
-            self.store.update_sweep(self.sweep.id, status="failed",
-                                    stop_reason="coordinator stopped; resume it",
+            self.store.update_sweep(self.sweep.id, status="failed", stop_reason=reason,
                                     lease=self.lease)
         except LeaseLost as exc:
             self._fenced_out(exc)
@@ -621,7 +624,10 @@ class Coordinator:
         self.executor = executor
         self.database_url = database_url
         self.coordinator_id = coordinator_id or new_coordinator_id()
-        self.share = GpuShare(executor.capacity())
+        self.placement = executor.choice()
+        """What claimed sweeps record of where they run (asked of the executor once: on
+        Ray it is a call to the head)."""
+        self.share = GpuShare(self.placement.gpus)
         self.max_sweeps = max_sweeps
         self._threads: dict[int, threading.Thread] = {}
         self._clock_checked = False
@@ -649,7 +655,7 @@ class Coordinator:
         self._check_clock()
         sweep = self.store.claim_sweep(sweep_id, self.coordinator_id,
                                        stale_after_s=0.0 if takeover else STALE_AFTER_S,
-                                       executor=self.executor.choice())
+                                       executor=self.placement)
         if sweep is None:
             current = self.store.get_sweep(sweep_id)
             raise Conflict(f"sweep {sweep_id} is {current.status}"
@@ -685,6 +691,12 @@ class Coordinator:
                 if not thread.is_alive():
                     del self._threads[sweep_id]
             try:
+                self.executor.check()
+            except ExecutorLost:  # end, for a supervisor to restart us once it is back
+                for thread in list(self._threads.values()):
+                    thread.join(timeout=15.0)  # each sweep back in the queue first
+                raise
+            try:
                 if started is None:
                     self.store.check_schema()
                     started = time.monotonic()
@@ -715,16 +727,30 @@ class Coordinator:
             self._claim(claimed)
         finally:
             for sweep_id, runner in claimed:
-                thread = threading.Thread(target=runner.run, name=f"sweep-{sweep_id}",
-                                          daemon=True)
+                thread = threading.Thread(target=self._run_served, args=(runner,),
+                                          name=f"sweep-{sweep_id}", daemon=True)
                 self._threads[sweep_id] = thread
                 thread.start()
+
+    def _run_served(self, runner: SweepRunner) -> None:
+        """One served sweep. With the executor gone it goes back to the queue (its trials
+        marked lost), for this coordinator's successor to claim when the cluster is back."""
+        try:
+            runner.run()
+        except ExecutorLost as exc:
+            sweep_id = runner.sweep.id
+            try:
+                if self.store.get_sweep(sweep_id).status == "failed":
+                    self.store.requeue_sweep(sweep_id)
+            except Exception:  # the database may be away too: a resume finds it failed
+                log.exception("sweep %s: could not requeue it", sweep_id)
+            log.error("sweep %s back in the queue: %s", sweep_id, exc)
 
     def _claim(self, claimed: list[tuple[int, SweepRunner]]) -> None:
         while len(self._threads) + len(claimed) < self.max_sweeps:
             sweep = self.store.claim_next_sweep(self.coordinator_id,
                                                 stale_after_s=STALE_AFTER_S,
-                                                executor=self.executor.choice())
+                                                executor=self.placement)
             if sweep is None:
                 return
             try:

@@ -17,7 +17,10 @@ a larger node type than any running now (Ray does not tell a driver its autoscal
 node types). A trial bigger than that would wait in Ray's queue forever.
 
 * :class:`RayExecutor` — trials as Ray tasks with ``num_gpus = tensor_parallel_size``
-  (a local Ray with simulated GPUs by default; a cluster with ``RAY_ADDRESS``).
+  (a local Ray with simulated GPUs by default; a cluster with ``RAY_ADDRESS``). A watch
+  thread knocks on the Ray head's GCS port every second: once it has not answered for
+  :data:`HEAD_LOST_AFTER_S`, every call raises :class:`ExecutorLost` (Ray itself would
+  say nothing for a minute and then end the process from its core worker).
 * :class:`VirtualExecutor` — trials of the simulated engine in virtual time, in this
   process (search logic, benchmarks, quick demos): milliseconds per trial.
 """
@@ -29,18 +32,30 @@ import concurrent.futures as cf
 import contextlib
 import itertools
 import os
+import socket
 import threading
 import time
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from tuner.db.records import ExecutorChoice
 from workers.contracts import TrialResult, TrialSpec
 
-__all__ = ["MAX_NODE_GPUS_ENV", "Largest", "RayExecutor", "TrialExecutor", "VirtualExecutor",
-           "declared_max_node_gpus", "make_executor"]
+__all__ = ["HEAD_LOST_AFTER_S", "MAX_NODE_GPUS_ENV", "ExecutorLost", "Largest", "RayExecutor",
+           "TrialExecutor", "VirtualExecutor", "declared_max_node_gpus", "make_executor"]
 
 Handle = Hashable
+
+HEAD_LOST_AFTER_S = 3.0
+"""The Ray head unanswering this long is lost: a GCS restarting in place answers again
+within a second; a dead head never does."""
+
+
+class ExecutorLost(RuntimeError):
+    """What runs the trials is gone (the Ray head died): no trial can be started, waited
+    for or cancelled through it any more."""
+
 
 MAX_NODE_GPUS_ENV = "SLOTUNE_MAX_NODE_GPUS"
 """GPUs of the largest node a Ray cluster may ever have (its autoscaler's largest type)."""
@@ -112,6 +127,10 @@ class TrialExecutor(abc.ABC):
         """Why ``spec`` could never be placed (None: it can, or might later)."""
         return None
 
+    def check(self) -> None:
+        """:class:`ExecutorLost` once what runs the trials is gone; else nothing."""
+        return None
+
     def shutdown(self) -> None:
         return None
 
@@ -139,11 +158,18 @@ class RayExecutor(TrialExecutor):
         self._lock = threading.Lock()
         self._local = not address
         self._largest: tuple[float, Largest] | None = None
+        self._head = _HeadWatch(ray.get_runtime_context().gcs_address)
+
+    def check(self) -> None:
+        if self._head.lost is not None:
+            raise ExecutorLost(self._head.lost)
 
     def submit(self, spec: TrialSpec) -> Handle:
         from workers.ray_worker import submit_trial
 
-        ref = submit_trial(spec)
+        self.check()
+        with self._head.blamed():
+            ref = submit_trial(spec)
         with self._lock:
             self._specs[ref] = spec
         return ref
@@ -151,9 +177,13 @@ class RayExecutor(TrialExecutor):
     def wait(self, handles: list[Handle], timeout_s: float) -> list[tuple[Handle, TrialResult]]:
         from workers.ray_worker import collect_trial
 
+        self.check()
         if not handles:
             return []
-        ready, _ = self._ray.wait(list(handles), num_returns=len(handles), timeout=timeout_s)
+        with self._head.blamed():
+            ready, _ = self._ray.wait(list(handles), num_returns=len(handles),
+                                      timeout=timeout_s)
+        self.check()  # a dead head's trials may look merely unfinished to ray.wait
         out = []
         for ref in ready:
             with self._lock:
@@ -162,12 +192,15 @@ class RayExecutor(TrialExecutor):
         return out
 
     def capacity(self) -> int:
-        resources: dict[str, float] = self._ray.cluster_resources()  # type: ignore[no-untyped-call]
+        self.check()
+        resources: dict[str, float] = self._head.ask(self._ray.cluster_resources)
         return int(resources.get("GPU", 0))
 
     def cancel(self, handle: Handle) -> None:
-        # force: the worker process dies, and its engine with it (PR_SET_PDEATHSIG).
-        self._ray.cancel(handle, force=True)
+        # force: the worker process dies, and its engine with it (PR_SET_PDEATHSIG). With
+        # the head gone its workers are gone too: nothing to cancel.
+        if self._head.lost is None:
+            self._ray.cancel(handle, force=True)
 
     def unplaceable(self, spec: TrialSpec) -> str | None:
         from workers.ray_worker import GPU_TYPE_PREFIX, gpu_type_resource, uses_gpu_types
@@ -183,7 +216,8 @@ class RayExecutor(TrialExecutor):
         now = time.monotonic()
         if self._largest is not None and now - self._largest[0] < 10.0:
             return self._largest[1]
-        nodes = [n.get("Resources", {}) for n in self._ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
+        nodes = [n.get("Resources", {}) for n in self._head.ask(self._ray.nodes)
+                 if n.get("Alive")]
         gpus = max((int(r.get("GPU", 0)) for r in nodes), default=0)
         cpus = max((int(r.get("CPU", 0)) for r in nodes), default=0)
         types: dict[str, int] = {}
@@ -205,7 +239,73 @@ class RayExecutor(TrialExecutor):
         return largest
 
     def shutdown(self) -> None:
-        self._ray.shutdown()
+        self._head.stop()
+        self._ray.shutdown()  # with the head lost, Ray's own disconnect takes a few seconds
+
+
+class _HeadWatch:
+    """Knocks on the Ray head's GCS port every second, in a daemon thread; ``lost`` says
+    why once it has not answered for :data:`HEAD_LOST_AFTER_S`."""
+
+    def __init__(self, gcs_address: str) -> None:
+        host, _, port = gcs_address.rpartition(":")
+        self._where = (host.strip("[]"), int(port))
+        self.lost: str | None = None
+        self._stop = threading.Event()
+        self._decided = threading.Event()
+        threading.Thread(target=self._watch, name="ray-head-watch", daemon=True).start()
+
+    def ask(self, question: Callable[[], Any]) -> Any:
+        """``question()`` — a call to the head — or :class:`ExecutorLost` as soon as the
+        head is lost: Ray's calls to a dead GCS block for a minute, so the call runs in a
+        daemon thread this one stops waiting for."""
+        answer: dict[str, Any] = {}
+        done = threading.Event()
+
+        def ask() -> None:
+            try:
+                answer["value"] = question()
+            except BaseException as exc:  # handed to the caller below
+                answer["error"] = exc
+            finally:
+                done.set()
+
+        threading.Thread(target=ask, name="ray-head-call", daemon=True).start()
+        while not done.wait(0.5):
+            if self.lost is not None:
+                raise ExecutorLost(self.lost)
+        if "error" in answer:
+            raise answer["error"]
+        return answer["value"]
+
+    @contextlib.contextmanager
+    def blamed(self) -> Iterator[None]:
+        """A Ray call that fails as its head dies ("Broken pipe" from the raylet's socket)
+        is :class:`ExecutorLost` once the watch has decided, else its own error."""
+        try:
+            yield
+        except Exception as exc:
+            if self._decided.wait(HEAD_LOST_AFTER_S + 2.0) and self.lost is not None:
+                raise ExecutorLost(self.lost) from exc
+            raise
+
+    def _watch(self) -> None:
+        silent_since: float | None = None
+        while not self._stop.wait(1.0):
+            try:
+                with socket.create_connection(self._where, timeout=1.0):
+                    silent_since = None
+            except OSError:
+                now = time.monotonic()
+                silent_since = silent_since or now
+                if now - silent_since >= HEAD_LOST_AFTER_S:
+                    self.lost = (f"the Ray head stopped answering {HEAD_LOST_AFTER_S:g} s ago "
+                                 "(its GCS is gone): no trial can run until it is back")
+                    self._decided.set()
+                    return
+
+    def stop(self) -> None:
+        self._stop.set()
 
 
 class VirtualExecutor(TrialExecutor):

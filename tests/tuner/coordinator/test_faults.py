@@ -8,11 +8,14 @@
 * Postgres is restarted mid-sweep: results that could not be written are kept and
   written once it is back; a coordinator started while it is down waits for it (or, with
   ``--database-wait``, gives up with one line) and then runs what is queued;
-* the engine's log overflows its disk budget: the log is capped and the trial scores.
+* the engine's log overflows its disk budget: the log is capped and the trial scores;
+* the Ray head is killed under ``sweep run``: one slotune line within seconds, the sweep
+  left failed (resumable) with its running trials lost, no engine left.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -27,7 +30,7 @@ from typing import Any
 import pytest
 
 from tests.polling import wait_for
-from tests.procscan import engine_pids
+from tests.procscan import command_name, descendants, engine_pids
 from tests.tuner.coordinator.test_coordinator import TP_SPACE
 from tests.tuner.sweep_data import LAB_4RPS
 from tuner.coordinator import Coordinator, SweepRunner
@@ -289,6 +292,81 @@ def test_a_coordinator_started_before_its_database_waits_for_it_then_runs_the_qu
     assert sum("retrying with backoff" in line for line in lines) == 1, err[-2000:]
     assert sum("the database is back" in line for line in lines) == 1, err[-2000:]
     assert "Traceback" not in err
+
+
+@pytest.mark.chaos
+def test_a_lost_ray_head_ends_the_sweep_with_one_line_and_a_resumable_row(
+        postgres_store: Store, postgres_url: str, tmp_path: Path) -> None:
+    store = postgres_store
+    space = tmp_path / "faults.yaml"
+    space.write_text(json.dumps(SMALL_SPACE))
+    sweep_run = subprocess.Popen(
+        [SLOTUNE, "sweep", "run", "--space", str(space), "--executor", "ray", "--strategy",
+         "random", "--trials", "4", "--confirm-top", "0", "--database-url", postgres_url],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    try:
+        def running() -> int | None:
+            sweeps = store.list_sweeps().data
+            return sweeps[0].id if sweeps and store.list_trials(
+                sweeps[0].id, status="running").count else None
+
+        sweep_id = wait_for(running, 120, "a trial to run on Ray")
+        head = [pid for pid in descendants(sweep_run.pid)
+                if command_name(pid) in ("gcs_server", "raylet")]
+        assert len(head) == 2, [command_name(pid) for pid in descendants(sweep_run.pid)]
+        for pid in head:
+            os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        _, err = sweep_run.communicate(timeout=60)
+        took = time.monotonic() - killed
+    finally:
+        if sweep_run.poll() is None:
+            sweep_run.kill()
+            sweep_run.communicate()
+    assert sweep_run.returncode == 1 and "Traceback" not in err, err[-3000:]
+    said = [line for line in err.splitlines() if line.startswith("slotune:")]
+    assert len(said) == 1 and "the Ray head stopped answering" in said[0], err[-3000:]
+    assert f"slotune sweep resume {sweep_id}" in said[0]
+    assert took < 20, f"{took:.0f} s from the kill to the line"  # Ray alone: 60 s, silent
+    sweep = store.get_sweep(sweep_id)
+    assert sweep.status == "failed" and "Ray head" in (sweep.stop_reason or "")
+    assert not store.list_trials(sweep_id, status="running").count
+    _no_engine_left()
+
+
+@pytest.mark.chaos
+def test_a_serving_coordinator_that_loses_its_ray_head_requeues_its_sweep_and_exits(
+        postgres_store: Store, postgres_url: str, tmp_path: Path) -> None:
+    store = postgres_store
+    space = tmp_path / "faults.yaml"
+    space.write_text(json.dumps(SMALL_SPACE))
+    coordinator = subprocess.Popen(
+        [SLOTUNE, "coordinator", "--executor", "ray", "--poll", "0.5", "--database-url",
+         postgres_url],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    try:
+        submitted = subprocess.run(
+            [SLOTUNE, "sweep", "submit", "--space", str(space), "--strategy", "random",
+             "--trials", "4", "--database-url", postgres_url],
+            capture_output=True, text=True, timeout=60, check=True)
+        sweep_id = int(submitted.stdout.strip())
+        wait_for(lambda: store.list_trials(sweep_id, status="running").count, 120,
+                 "a trial to run on Ray")
+        for pid in descendants(coordinator.pid):
+            if command_name(pid) in ("gcs_server", "raylet"):
+                os.kill(pid, signal.SIGKILL)
+        _, err = coordinator.communicate(timeout=60)
+    finally:
+        if coordinator.poll() is None:
+            coordinator.kill()
+            coordinator.communicate()
+    assert coordinator.returncode == 1 and "Traceback" not in err, err[-3000:]
+    said = [line for line in err.splitlines() if line.startswith("slotune:")]
+    assert len(said) == 1 and "back in the queue" in said[0], err[-3000:]
+    sweep = store.get_sweep(sweep_id)
+    assert sweep.status == "queued"  # the next coordinator claims it
+    assert not store.list_trials(sweep_id, status="running").count
+    _no_engine_left()
 
 
 def _queue_when_up(store: Store) -> int | None:
