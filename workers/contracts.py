@@ -343,11 +343,13 @@ EngineKind = Literal["vllm", "sim"]
 Device = Literal["gpu", "cpu"]
 ObjectiveMode = Literal["goodput", "capacity"]
 TrialStatus = Literal["ok", "infeasible", "failed"]
-FailureClass = Literal["invalid_config", "oom", "startup_timeout", "crashed",
+FailureClass = Literal["invalid_config", "oom", "startup_timeout", "crashed", "hung",
                        "benchmark_errors", "worker_lost", "client_bound"]
-"""Why a trial failed. ``worker_lost`` and ``client_bound`` (the load generator fell
-behind its schedule, so the measurement is invalid) are the machine's fault, not the
-configuration's: the coordinator runs the same configuration again."""
+"""Why a trial failed. ``hung``: the engine stayed alive but stopped answering during the
+measurement (a deadlock, a stopped process). ``worker_lost`` and ``client_bound`` (the
+load generator fell behind its schedule, so the measurement is invalid) are the
+machine's fault, not the configuration's: the coordinator runs the same configuration
+again."""
 FAILURE_CLASSES: tuple[FailureClass, ...] = get_args(FailureClass)
 TRANSIENT_FAILURES: tuple[FailureClass, ...] = ("worker_lost", "client_bound")
 KnobValue = bool | int | float | str | dict[str, Any] | None
@@ -360,6 +362,9 @@ class TrialTimeouts(_Strict):
     startup_s: float = Field(900.0, gt=0)
     """Until ``/health`` answers 200 (vLLM with large models takes minutes)."""
     measure_s: float = Field(3600.0, gt=0)
+    unresponsive_s: float = Field(60.0, gt=0)
+    """An engine alive but unanswering (``/health``) this long while it is measured is
+    ``hung``: the trial fails then, not when its requests time out (10 minutes)."""
     teardown_grace_s: float = Field(10.0, gt=0)
     """Between SIGTERM and SIGKILL of the engine's process group."""
 

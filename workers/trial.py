@@ -140,7 +140,8 @@ class LiveBackend:
         return self.engine.log_tail()
 
     async def measure(self, workload: Workload) -> Measured:
-        """One benchmark run under a watchdog: the engine dying fails the trial."""
+        """One benchmark run under watchdogs: the engine dying (``crashed`` …) or staying
+        alive but silent for ``timeouts.unresponsive_s`` (``hung``) fails the trial."""
         spec, engine = self.spec, self.engine
         scale = engine.time_scale
         begin = time.perf_counter()
@@ -148,11 +149,17 @@ class LiveBackend:
             engine.base_url, spec.served_model, workload, spec.slo, time_scale=scale,
             early_abort=spec.early_abort))
         watchdog = asyncio.create_task(engine.wait_exit())
+        silence = asyncio.create_task(_silent_for(engine, spec.timeouts.unresponsive_s))
         try:
-            done, _ = await asyncio.wait({bench, watchdog}, return_when=asyncio.FIRST_COMPLETED,
+            done, _ = await asyncio.wait({bench, watchdog, silence},
+                                         return_when=asyncio.FIRST_COMPLETED,
                                          timeout=spec.timeouts.measure_s)
             if watchdog in done:
                 raise self._died(watchdog.result())
+            if silence in done and bench not in done:
+                raise EngineFailure("hung", f"the engine is alive but has not answered /health "
+                                    f"for {silence.result():.0f} s during the measurement",
+                                    log_tail=engine.log_tail())
             if bench not in done:
                 raise EngineFailure("crashed",
                                     f"measurement exceeded {spec.timeouts.measure_s:g} s",
@@ -165,7 +172,7 @@ class LiveBackend:
                     raise self._died(await asyncio.wait_for(
                         engine.wait_exit(), spec.timeouts.teardown_grace_s))
         finally:
-            for task in (bench, watchdog):
+            for task in (bench, watchdog, silence):
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
@@ -185,11 +192,27 @@ class LiveBackend:
                              exit_code=exit_code, log_tail=self.engine.log_tail())
 
 
-async def _healthy(engine: EngineAdapter) -> bool:
+HEALTH_PROBE_S = 5.0
+"""How often the hang watchdog asks ``/health``, and how long each answer may take."""
+
+
+async def _silent_for(engine: EngineAdapter, limit_s: float) -> float:
+    """Return (the seconds of silence) once the engine has answered no ``/health`` for
+    ``limit_s``; never while it answers. Its death is the other watchdog's."""
+    last_answer = time.monotonic()
+    while True:
+        await asyncio.sleep(HEALTH_PROBE_S)
+        if await _healthy(engine, timeout_s=HEALTH_PROBE_S):
+            last_answer = time.monotonic()
+        elif time.monotonic() - last_answer >= limit_s:
+            return time.monotonic() - last_answer
+
+
+async def _healthy(engine: EngineAdapter, timeout_s: float = 5.0) -> bool:
     if not engine.alive():
         return False
     try:
-        async with httpx.AsyncClient(timeout=5) as client:
+        async with httpx.AsyncClient(timeout=timeout_s) as client:
             return (await client.get(f"{engine.base_url}/health")).status_code == 200
     except httpx.HTTPError:
         return False

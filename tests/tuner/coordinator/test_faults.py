@@ -9,6 +9,8 @@
   written once it is back; a coordinator started while it is down waits for it (or, with
   ``--database-wait``, gives up with one line) and then runs what is queued;
 * the engine's log overflows its disk budget: the log is capped and the trial scores;
+* the engine hangs (SIGSTOP): the trial fails ``hung`` once it has been silent for
+  ``timeouts.unresponsive_s``;
 * the Ray head is killed under ``sweep run``: one slotune line within seconds, the sweep
   left failed (resumable) with its running trials lost, no engine left.
 """
@@ -40,7 +42,7 @@ from tuner.executors import RayExecutor, VirtualExecutor
 from tuner.store import Store
 from tuner.sweeps import SweepBudget, SweepRequest, queue_sweep
 from workers.contracts import SLO, TrialResult, TrialSpec
-from workers.trial import run_trial
+from workers.trial import HEALTH_PROBE_S, run_trial
 
 pytestmark = pytest.mark.slow
 
@@ -195,6 +197,42 @@ for _ in range({lines}):
     os.write(1, junk)
 os.execv({slotune_sim!r}, [{slotune_sim!r}, *sys.argv[1:]])
 '''
+
+
+@pytest.mark.chaos
+def test_a_hanging_engine_fails_its_trial_hung_within_the_silence_limit(
+        tmp_path: Path) -> None:
+    """SIGSTOP of the engine under a trial: alive, silent. Without the hang watchdog the
+    trial waited for its requests' own timeout (10 minutes) and scored a goodput of 0."""
+    trial_id = f"hang-{uuid.uuid4().hex[:6]}"
+    spec = TrialSpec.model_validate({
+        "trial_id": trial_id, "engine": "sim", "model": "Qwen/Qwen2.5-7B-Instruct",
+        "gpu": "rtx4090", "knobs": {"quantization": "fp8"},
+        "workload": {"dataset": {"kind": "random", "input_len": 256, "output_len": 64},
+                     "arrivals": {"request_rate": 4}, "num_prompts": 400},
+        "slo": SLO.parse("ttft:500,tpot:60"), "timeouts": {"unresponsive_s": 10},
+    })
+    stopped: list[float] = []
+
+    def stop_the_engine_once_it_serves() -> None:
+        pids = wait_for(lambda: engine_pids(trial_id), 120, "the engine to start")
+        wait_for(lambda: (tmp_path / "trial" / "engine.log").exists(), 60, "its log")
+        time.sleep(8)  # booted and measuring
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        stopped.append(time.monotonic())
+
+    attacker = threading.Thread(target=stop_the_engine_once_it_serves)
+    attacker.start()
+    result = run_trial(spec, workdir=tmp_path / "trial")
+    ended = time.monotonic()
+    attacker.join()
+    assert stopped, "the engine was never stopped"
+    assert result.status == "failed" and result.failure == "hung", result.failure_message
+    assert "has not answered /health" in (result.failure_message or "")
+    # The silence limit (10 s) plus one probe interval and the teardown, not 10 minutes.
+    assert ended - stopped[0] < 10 + 2 * HEALTH_PROBE_S + spec.timeouts.teardown_grace_s + 5
+    _no_engine_left()
 
 
 def test_engine_log_over_its_disk_budget_is_capped_and_the_trial_scores(
