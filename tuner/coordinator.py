@@ -684,7 +684,7 @@ class Coordinator:
         """
         stop = stop or threading.Event()
         outage = _Outage()
-        started: float | None = None
+        answered = False  # the database has answered once: no more waiting "at start"
         since = time.monotonic()
         while not stop.is_set():
             for sweep_id, thread in list(self._threads.items()):
@@ -697,15 +697,15 @@ class Coordinator:
                     thread.join(timeout=15.0)  # each sweep back in the queue first
                 raise
             try:
-                if started is None:
+                if not answered:
                     self.store.check_schema()
-                    started = time.monotonic()
+                    answered = True
                 self._check_clock()
                 self._claim_and_start()
             except TRANSIENT_STORAGE_ERRORS as exc:
                 # Ride it out: the sweeps already running keep their results in their
                 # outboxes; claiming resumes when the database answers again.
-                if (started is None and start_wait_s is not None
+                if (not answered and start_wait_s is not None
                         and time.monotonic() - since >= start_wait_s):
                     raise StorageUnavailable(
                         f"{describe(exc)}; gave up waiting for the database after "
