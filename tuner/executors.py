@@ -20,7 +20,8 @@ node types). A trial bigger than that would wait in Ray's queue forever.
   (a local Ray with simulated GPUs by default; a cluster with ``RAY_ADDRESS``). A watch
   thread knocks on the Ray head's GCS port every second: once it has not answered for
   :data:`HEAD_LOST_AFTER_S`, every call raises :class:`ExecutorLost` (Ray itself would
-  say nothing for a minute and then end the process from its core worker).
+  say nothing for a minute and then end the process from its core worker). Every call
+  that talks to the head runs through :meth:`_HeadWatch.ask`, so none blocks on a dead one.
 * :class:`VirtualExecutor` — trials of the simulated engine in virtual time, in this
   process (search logic, benchmarks, quick demos): milliseconds per trial.
 """
@@ -30,12 +31,13 @@ from __future__ import annotations
 import abc
 import concurrent.futures as cf
 import contextlib
+import functools
 import itertools
 import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -168,8 +170,7 @@ class RayExecutor(TrialExecutor):
         from workers.ray_worker import submit_trial
 
         self.check()
-        with self._head.blamed():
-            ref = submit_trial(spec)
+        ref: Handle = self._head.ask(lambda: submit_trial(spec))
         with self._lock:
             self._specs[ref] = spec
         return ref
@@ -180,15 +181,14 @@ class RayExecutor(TrialExecutor):
         self.check()
         if not handles:
             return []
-        with self._head.blamed():
-            ready, _ = self._ray.wait(list(handles), num_returns=len(handles),
-                                      timeout=timeout_s)
+        ready, _ = self._head.ask(lambda: self._ray.wait(
+            list(handles), num_returns=len(handles), timeout=timeout_s))
         self.check()  # a dead head's trials may look merely unfinished to ray.wait
         out = []
         for ref in ready:
             with self._lock:
                 spec = self._specs.pop(ref)
-            out.append((ref, collect_trial(ref, spec)))
+            out.append((ref, self._head.ask(functools.partial(collect_trial, ref, spec))))
         return out
 
     def capacity(self) -> int:
@@ -256,9 +256,11 @@ class _HeadWatch:
         threading.Thread(target=self._watch, name="ray-head-watch", daemon=True).start()
 
     def ask(self, question: Callable[[], Any]) -> Any:
-        """``question()`` — a call to the head — or :class:`ExecutorLost` as soon as the
-        head is lost: Ray's calls to a dead GCS block for a minute, so the call runs in a
-        daemon thread this one stops waiting for."""
+        """``question()`` — anything that talks to the head — or :class:`ExecutorLost` as
+        soon as the head is lost. Ray's calls to a dead head block for a minute or fail
+        with whatever the socket said ("Broken pipe"): the call runs in a daemon thread
+        this one stops waiting for, and its error is the head's loss once the watch
+        decides it was."""
         answer: dict[str, Any] = {}
         done = threading.Event()
 
@@ -275,27 +277,24 @@ class _HeadWatch:
             if self.lost is not None:
                 raise ExecutorLost(self.lost)
         if "error" in answer:
+            if not self._answers() and self._decided.wait(HEAD_LOST_AFTER_S + 2.0):
+                raise ExecutorLost(self.lost or "the Ray head is gone") from answer["error"]
             raise answer["error"]
         return answer["value"]
 
-    @contextlib.contextmanager
-    def blamed(self) -> Iterator[None]:
-        """A Ray call that fails as its head dies ("Broken pipe" from the raylet's socket)
-        is :class:`ExecutorLost` once the watch has decided, else its own error."""
+    def _answers(self) -> bool:
         try:
-            yield
-        except Exception as exc:
-            if self._decided.wait(HEAD_LOST_AFTER_S + 2.0) and self.lost is not None:
-                raise ExecutorLost(self.lost) from exc
-            raise
+            with socket.create_connection(self._where, timeout=1.0):
+                return True
+        except OSError:
+            return False
 
     def _watch(self) -> None:
         silent_since: float | None = None
         while not self._stop.wait(1.0):
-            try:
-                with socket.create_connection(self._where, timeout=1.0):
-                    silent_since = None
-            except OSError:
+            if self._answers():
+                silent_since = None
+            else:
                 now = time.monotonic()
                 silent_since = silent_since or now
                 if now - silent_since >= HEAD_LOST_AFTER_S:
