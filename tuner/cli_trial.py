@@ -28,8 +28,6 @@ from tuner.spaces import SearchSpace, SpaceError, load_space
 from workers.contracts import SLO, KnobValue, ObjectiveMode, SimOptions, TrialResult, TrialSpec
 from workers.engines.vllm import vllm_command
 from workers.loadgen import WorkloadError, load_workload
-from workers.sim_trial import run_virtual_trial
-from workers.trial import run_trial
 
 __all__ = ["trial_app"]
 
@@ -156,6 +154,10 @@ def run(
         if executor == "virtual":
             err.print(f"virtual: the simulated engine on a modelled {spec.gpu}, in "
                       "virtual time (timings are what the trial would take on that GPU)")
+    # The engines and the load generator load here, not for every slotune command.
+    from workers.sim_trial import run_virtual_trial
+    from workers.trial import run_trial
+
     if executor == "virtual":
         result = run_virtual_trial(spec)
     else:

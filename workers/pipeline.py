@@ -36,7 +36,7 @@ import math
 import time
 from collections.abc import Generator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from workers.contracts import (
     CapacityProbe,
@@ -54,7 +54,6 @@ from workers.contracts import (
 from workers.engines import EngineFailure
 from workers.loadgen.diagnosis import diagnose
 from workers.loadgen.result import OURS, ResultInfo, build_result
-from workers.loadgen.runner import BenchmarkRun
 from workers.loadgen.scoring import Score
 from workers.loadgen.symptoms import with_symptoms
 from workers.quality import (
@@ -65,6 +64,9 @@ from workers.quality import (
     run_command,
     verdict_constraint,
 )
+
+if TYPE_CHECKING:  # annotations only: the pipeline's callers need no HTTP client loaded
+    from workers.loadgen.runner import BenchmarkRun
 
 __all__ = [
     "FITS",

@@ -37,7 +37,6 @@ from workers.contracts import KnobValue, TrialResult, TrialSpec
 from workers.pipeline import probe_medians, probe_workload
 from workers.sim.calibration import RooflineCalibration, shipped_calibration
 from workers.sim.catalog import UnknownCatalogEntry, get_gpu, get_model
-from workers.sim_trial import engine_config, measure, run_virtual_trial
 
 __all__ = ["FitReport", "Prediction", "Twin", "TwinUnavailable"]
 
@@ -148,6 +147,8 @@ class Twin:
         cached = self._cache.get(key)
         if cached is not None:
             return cached
+        from workers.sim_trial import run_virtual_trial  # the engine loads at the first ask
+
         started = time.process_time()
         spec = self.spec(params)
         result = run_virtual_trial(spec if full else _screening(spec), per_request=False,
@@ -302,6 +303,8 @@ def _points(spec: TrialSpec, result: TrialResult) -> list[_Point]:
 def _simulated(point: _Point, calibration: RooflineCalibration
                ) -> tuple[dict[str, float], dict[str, float]]:
     """The probe re-simulated with ``calibration``: p99 ÷ target, and medians (ms)."""
+    from workers.sim_trial import engine_config, measure
+
     workload = probe_workload(point.spec, point.rate, point.index)
     workload = workload.model_copy(update={
         "num_prompts": min(workload.num_prompts, FIT_PROMPTS), "warmup_requests": 0})

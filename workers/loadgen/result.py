@@ -30,16 +30,18 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from workers.contracts import SLO, Workload
 from workers.loadgen.arrivals import request_rates
-from workers.loadgen.client import Endpoint, RequestRecord
 from workers.loadgen.diagnosis import Diagnosis
-from workers.loadgen.runner import BenchmarkRun
 from workers.loadgen.scoring import DEFAULT_PERCENTILES, MetricSummary, Score, summarize
+
+if TYPE_CHECKING:  # annotations only: writing a result needs no HTTP client loaded
+    from workers.loadgen.client import Endpoint, RequestRecord
+    from workers.loadgen.runner import BenchmarkRun
 
 __all__ = [
     "OURS",

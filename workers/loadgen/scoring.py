@@ -29,11 +29,14 @@ import itertools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from workers.contracts import SLO, SLOMetric
-from workers.loadgen.client import RequestRecord
+
+if TYPE_CHECKING:  # annotations only: scoring needs no HTTP client at run time
+    from workers.loadgen.client import RequestRecord
 
 __all__ = [
     "CONSTRAINT_CAP",

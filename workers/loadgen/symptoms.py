@@ -22,14 +22,17 @@ from __future__ import annotations
 import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from workers.contracts import SLO, KnobValue, PrefixRepetitionDataset, RandomDataset, Workload
-from workers.loadgen.client import RequestRecord
 from workers.loadgen.diagnosis import Diagnosis
-from workers.loadgen.runner import BenchmarkRun, SendLag
 from workers.loadgen.scoring import RequestMetrics, Score
+
+if TYPE_CHECKING:  # annotations only: reading symptoms needs no HTTP client loaded
+    from workers.loadgen.client import RequestRecord
+    from workers.loadgen.runner import BenchmarkRun, SendLag
 
 __all__ = ["STARTUP_SHARE", "Symptom", "symptoms", "with_symptoms"]
 
