@@ -349,11 +349,7 @@ def test_a_lost_ray_head_ends_the_sweep_with_one_line_and_a_resumable_row(
                 sweeps[0].id, status="running").count else None
 
         sweep_id = wait_for(running, 120, "a trial to run on Ray")
-        head = [pid for pid in descendants(sweep_run.pid)
-                if command_name(pid) in ("gcs_server", "raylet")]
-        assert len(head) == 2, [command_name(pid) for pid in descendants(sweep_run.pid)]
-        for pid in head:
-            os.kill(pid, signal.SIGKILL)
+        _kill_the_ray_head_of(sweep_run.pid)
         killed = time.monotonic()
         _, err = sweep_run.communicate(timeout=60)
         took = time.monotonic() - killed
@@ -390,9 +386,7 @@ def test_a_serving_coordinator_that_loses_its_ray_head_requeues_its_sweep_and_ex
         sweep_id = int(submitted.stdout.strip())
         wait_for(lambda: store.list_trials(sweep_id, status="running").count, 120,
                  "a trial to run on Ray")
-        for pid in descendants(coordinator.pid):
-            if command_name(pid) in ("gcs_server", "raylet"):
-                os.kill(pid, signal.SIGKILL)
+        _kill_the_ray_head_of(coordinator.pid)
         _, err = coordinator.communicate(timeout=60)
     finally:
         if coordinator.poll() is None:
@@ -405,6 +399,14 @@ def test_a_serving_coordinator_that_loses_its_ray_head_requeues_its_sweep_and_ex
     assert sweep.status == "queued"  # the next coordinator claims it
     assert not store.list_trials(sweep_id, status="running").count
     _no_engine_left()
+
+
+def _kill_the_ray_head_of(driver: int) -> None:
+    """``kill -9`` of the local Ray head a slotune process started (GCS and raylet)."""
+    head = [pid for pid in descendants(driver) if command_name(pid) in ("gcs_server", "raylet")]
+    assert len(head) == 2, [command_name(pid) for pid in descendants(driver)]
+    for pid in head:
+        os.kill(pid, signal.SIGKILL)
 
 
 def _queue_when_up(store: Store) -> int | None:
