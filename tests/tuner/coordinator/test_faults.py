@@ -403,9 +403,12 @@ def test_a_serving_coordinator_that_loses_its_ray_head_requeues_its_sweep_and_ex
 
 def _kill_the_ray_head_of(driver: int) -> None:
     """``kill -9`` of the local Ray head a slotune process started (GCS and raylet)."""
-    head = [pid for pid in descendants(driver) if command_name(pid) in ("gcs_server", "raylet")]
-    assert len(head) == 2, [command_name(pid) for pid in descendants(driver)]
-    for pid in head:
+    def both() -> list[int] | None:
+        found = [pid for pid in descendants(driver)
+                 if command_name(pid) in ("gcs_server", "raylet")]
+        return found if len(found) == 2 else None
+
+    for pid in wait_for(both, 10, "the Ray head's GCS and raylet"):
         os.kill(pid, signal.SIGKILL)
 
 
