@@ -97,7 +97,8 @@ _INFRASTRUCTURE = (
     (re.compile(r'\b\w+(?:\+\w+)?://\S+'), "the database"),  # any URL
     (re.compile(r'server (?:at|on socket)\s+"[^"]*"', re.I), "the server"),
     (re.compile(r'\b(host|socket|file|user|role|database)\s+"[^"]*"', re.I), r"the \1"),
-    (re.compile(r'\s*\((?:\d{1,3}\.){3}\d{1,3}\)|\s*\(\[?[0-9a-f:]+\]?\)', re.I), ""),
+    (re.compile(r'\s*\((?:\d{1,3}\.){3}\d{1,3}\)|\s*\(\[?[0-9a-f]*:[0-9a-f:]+\]?\)', re.I),
+     ""),  # an IPv4 or IPv6 address in parentheses
     (re.compile(r',?\s*port \d+', re.I), ""),
     (re.compile(r'"/[^"]*"'), "a local socket"),
 )
