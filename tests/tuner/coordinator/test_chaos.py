@@ -132,6 +132,15 @@ def sweep_run(procs: Processes, url: str, workload: Path, *extra: str) -> subpro
                        "--database-url", url, *extra)
 
 
+def submit(url: str, workload: Path, *, trials: int) -> int:
+    """``sweep submit`` of a random-search sweep for a serving coordinator; its id."""
+    run = subprocess.run([SLOTUNE, "sweep", "submit", "--strategy", "random", "--trials",
+                          str(trials), "--workload", str(workload), "--database-url", url],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    return int(run.stdout.strip())
+
+
 def the_sweep(store: Store) -> int | None:
     sweeps = store.list_sweeps().data
     return sweeps[0].id if sweeps else None
@@ -224,13 +233,7 @@ def test_two_coordinators_on_one_queue_run_every_sweep_once(
                                 "--database-url", postgres_url) for _ in range(2)]
     short = long_workload.with_name("short.yaml")
     short.write_text(long_workload.read_text().replace("num_prompts: 3000", "num_prompts: 400"))
-    submitted = []
-    for _ in range(3):
-        run = subprocess.run([SLOTUNE, "sweep", "submit", "--strategy", "random", "--trials",
-                              "3", "--workload", str(short), "--database-url",
-                              postgres_url], capture_output=True, text=True, timeout=60)
-        assert run.returncode == 0, run.stderr
-        submitted.append(int(run.stdout.strip()))
+    submitted = [submit(postgres_url, short, trials=3) for _ in range(3)]
 
     def all_finished() -> bool:
         return all(store.get_sweep(s).status in ("done", "failed") for s in submitted)
@@ -273,13 +276,7 @@ def test_a_coordinator_with_a_fast_clock_takes_no_live_sweep(
     store = postgres_store
     healthy = procs.start("coordinator", "--executor", "virtual", "--poll", "0.3",
                           "--database-url", postgres_url)
-    submitted = []
-    for _ in range(2):
-        run = subprocess.run([SLOTUNE, "sweep", "submit", "--strategy", "random", "--trials",
-                              "20", "--workload", str(long_workload), "--database-url",
-                              postgres_url], capture_output=True, text=True, timeout=60)
-        assert run.returncode == 0, run.stderr
-        submitted.append(int(run.stdout.strip()))
+    submitted = [submit(postgres_url, long_workload, trials=20) for _ in range(2)]
     wait_for(lambda: all(store.get_sweep(s).status == "running" for s in submitted), 60,
              "the healthy coordinator to run both sweeps")
     holder = store.get_sweep(submitted[0]).claimed_by
