@@ -292,8 +292,7 @@ class Store:
             now = db_now(session)
             takeover: list[ColumnElement[bool]] = [Sweep.claimed_by == coordinator]
             if stale_after_s is not None:
-                cutoff = now - timedelta(seconds=stale_after_s)
-                takeover += [Sweep.heartbeat_at.is_(None), Sweep.heartbeat_at < cutoff]
+                takeover.append(_silent_since(now - timedelta(seconds=stale_after_s)))
             claimable = or_(Sweep.status == "queued",
                             and_(Sweep.status == "running", or_(*takeover)))
             claimed = _rowcount(session, update(Sweep).where(Sweep.id == sweep_id, claimable)
@@ -315,9 +314,7 @@ class Store:
             filters: list[ColumnElement[bool]] = [Sweep.status == "queued"]
             if stale_after_s is not None:
                 cutoff = db_now(session) - timedelta(seconds=stale_after_s)
-                filters.append(and_(Sweep.status == "running",
-                                    or_(Sweep.heartbeat_at.is_(None),
-                                        Sweep.heartbeat_at < cutoff)))
+                filters.append(and_(Sweep.status == "running", _silent_since(cutoff)))
             rows = session.execute(
                 select(Sweep.id, Sweep.executor).where(or_(*filters))
                 .order_by(Sweep.created_at, Sweep.id).limit(20)).all()
@@ -756,6 +753,11 @@ def _count(session: Session, query: Select[*tuple[Any, ...]]) -> int:
 def _sweep_record(sweep: Sweep, workload_name: str) -> SweepRecord:
     columns = {c.key: getattr(sweep, c.key) for c in Sweep.__table__.columns}
     return SweepRecord.model_validate({**columns, "workload": workload_name})
+
+
+def _silent_since(cutoff: datetime) -> ColumnElement[bool]:
+    """The sweep's coordinator has not beaten since ``cutoff`` (or never has)."""
+    return or_(Sweep.heartbeat_at.is_(None), Sweep.heartbeat_at < cutoff)
 
 
 def _status_timestamps(status: str, now: datetime) -> dict[str, Any]:
