@@ -46,6 +46,7 @@ from tuner.db.models import (
     Sweep,
     SweepStatus,
     SweepTrial,
+    TrialRole,
     Verdict,
     WorkloadRow,
     best_config_view,
@@ -455,19 +456,7 @@ class Store:
         timings, and the whole result as JSON. Only an unfinished trial can finish
         (:class:`Conflict` otherwise, e.g. after orphan recovery marked it lost), and
         under ``lease`` only while the lease is current (:class:`LeaseLost`)."""
-        values: dict[str, Any] = {
-            "status": result.status,
-            "failure_class": result.failure,
-            "objective": result.objective,
-            "capacity": result.capacity,
-            "result": result.model_dump(mode="json"),
-            "diagnosis": result.diagnosis,
-            "timings": result.timings.model_dump(mode="json"),
-            "engine_version": result.engine.engine_version,
-            "gpu_driver": result.engine.gpu_driver,
-            "model_revision": result.engine.model_revision,
-            "headroom": result.headroom,
-        }
+        values = _result_values(result)
         with self._session() as session:
             values["finished_at"] = values["heartbeat_at"] = db_now(session)
             _hold_for_trial(session, lease, trial_id)
@@ -479,6 +468,39 @@ class Store:
             session.refresh(trial)  # the row as it is now (finished here, or before)
             if not done:
                 raise Conflict(f"trial {trial_id} is already {trial.status}")
+            return TrialRecord.model_validate(trial)
+
+    def record_trial(self, sweep_id: int, *, role: Literal["repeat", "baseline"], number: int,
+                     params: Mapping[str, Any], spec: TrialSpec, result: TrialResult,
+                     attempt: int = 1, repeat: int = 0, repeat_of: int | None = None,
+                     worker: str | None = None, lease: Lease | None = None) -> TrialRecord:
+        """Store a finished boot that is not a configuration of the search (a confirmation
+        repeat of trial ``repeat_of``, or a quality baseline) with its whole result, in one
+        write: it was never a running row, so a dead coordinator leaves no orphan of it
+        to re-enqueue. Its start is its finish less its measured wall time."""
+        if (role == "repeat") != (repeat_of is not None and repeat >= 1):
+            raise ValueError("a repeat row needs repeat_of and a repeat from 1; "
+                             "a baseline row has neither")
+        with self._session() as session:
+            now = db_now(session)
+            _sweep_with_workload(session, sweep_id)
+            if lease is not None:
+                _hold(session, _same_sweep(lease, sweep_id))
+            if repeat_of is not None:
+                original = _get(session, SweepTrial, repeat_of, "trial")
+                if original.sweep_id != sweep_id or original.role != "search":
+                    raise Conflict(f"trial {repeat_of} is not a search trial of sweep "
+                                   f"{sweep_id}: only those are repeated")
+            trial = SweepTrial(
+                sweep_id=sweep_id, role=role, number=number, repeat=repeat,
+                repeat_of=repeat_of, attempt=attempt, params=dict(params),
+                config=dict(spec.engine_flags), gpus=spec.gpus,
+                spec=spec.model_dump(mode="json"), engine=spec.engine, confirmed=False,
+                worker=worker, created_at=now, heartbeat_at=now,
+                started_at=now - timedelta(seconds=result.timings.total_s),
+                **{**_result_values(result), "finished_at": now})
+            session.add(trial)
+            session.flush()
             return TrialRecord.model_validate(trial)
 
     def recover_orphans(self, sweep_id: int, *, lease: Lease | None = None
@@ -499,7 +521,7 @@ class Store:
                 _hold(session, _same_sweep(lease, sweep_id))
             candidates = session.scalars(
                 select(SweepTrial)
-                .where(SweepTrial.sweep_id == sweep_id,
+                .where(SweepTrial.sweep_id == sweep_id, SweepTrial.role == "search",
                        SweepTrial.status.in_(UNFINISHED_TRIAL_STATUSES))
                 .order_by(SweepTrial.number, SweepTrial.attempt)).all()
             orphans = []
@@ -523,18 +545,23 @@ class Store:
         sweep_id: int,
         *,
         status: str | Sequence[str] | None = None,
+        role: TrialRole | None = None,
         offset: int = 0,
         limit: int | None = None,
     ) -> Page[TrialRecord]:
-        """A sweep's trials by Optuna number then attempt; ``count`` before paging."""
+        """A sweep's trial rows (``role``: only those; None: every boot, repeats and
+        baselines too) by Optuna number, role, repeat and attempt; ``count`` before paging."""
         query = select(SweepTrial).where(SweepTrial.sweep_id == sweep_id)
+        if role is not None:
+            query = query.where(SweepTrial.role == role)
         if status is not None:
             query = query.where(SweepTrial.status.in_([status] if isinstance(status, str)
                                                       else list(status)))
         with self._session() as session:
             _sweep_with_workload(session, sweep_id)
             count = _count(session, query)
-            page = query.order_by(SweepTrial.number, SweepTrial.attempt).offset(offset)
+            page = query.order_by(SweepTrial.number, SweepTrial.role.desc(), SweepTrial.repeat,
+                                  SweepTrial.attempt).offset(offset)
             if limit is not None:
                 page = page.limit(limit)
             rows = session.scalars(page).all()
@@ -658,6 +685,23 @@ class Store:
 # --- helpers -------------------------------------------------------------------------------
 
 _R = TypeVar("_R")
+
+
+def _result_values(result: TrialResult) -> dict[str, Any]:
+    """The columns a finished trial's result fills."""
+    return {
+        "status": result.status,
+        "failure_class": result.failure,
+        "objective": result.objective,
+        "capacity": result.capacity,
+        "result": result.model_dump(mode="json"),
+        "diagnosis": result.diagnosis,
+        "timings": result.timings.model_dump(mode="json"),
+        "engine_version": result.engine.engine_version,
+        "gpu_driver": result.engine.gpu_driver,
+        "model_revision": result.engine.model_revision,
+        "headroom": result.headroom,
+    }
 
 
 def _again_on_conflict(write: Callable[[], _R]) -> _R:

@@ -42,6 +42,7 @@ __all__ = [
     "SWEEP_MODES",
     "SWEEP_STATUSES",
     "TERMINAL_SWEEP_STATUSES",
+    "TRIAL_ROLES",
     "TRIAL_STATUSES",
     "UNFINISHED_TRIAL_STATUSES",
     "VERDICTS",
@@ -52,6 +53,7 @@ __all__ = [
     "SweepStatus",
     "SweepTrial",
     "SweepTrialStatus",
+    "TrialRole",
     "UTCDateTime",
     "Verdict",
     "WorkloadRow",
@@ -65,11 +67,15 @@ __all__ = [
 SweepStatus = Literal["queued", "running", "done", "failed", "cancelled"]
 SweepTrialStatus = Literal["pending", "running", "ok", "infeasible", "failed", "lost"]
 """A sweep's trial: waiting or running, then a TrialResult's status, or lost with its worker."""
+TrialRole = Literal["search", "repeat", "baseline"]
+"""What a trial row is for: an Optuna trial of the search, a confirmation re-run of one,
+or the lossless baseline the sweep's quality gate compares answers with."""
 Verdict = Literal["supported", "rejected", "inconclusive"]
 SWEEP_STATUSES: tuple[SweepStatus, ...] = get_args(SweepStatus)
 TERMINAL_SWEEP_STATUSES: tuple[SweepStatus, ...] = ("done", "failed", "cancelled")
 SWEEP_MODES = ("goodput", "capacity")
 TRIAL_STATUSES: tuple[SweepTrialStatus, ...] = get_args(SweepTrialStatus)
+TRIAL_ROLES: tuple[TrialRole, ...] = get_args(TrialRole)
 UNFINISHED_TRIAL_STATUSES: tuple[SweepTrialStatus, ...] = ("pending", "running")
 VERDICTS: tuple[Verdict, ...] = get_args(Verdict)
 
@@ -184,16 +190,25 @@ class SweepTrial(Base):
 
     __tablename__ = "sweep_trials"
     __table_args__ = (
-        UniqueConstraint("sweep_id", "number", "attempt"),
+        UniqueConstraint("sweep_id", "role", "number", "repeat", "attempt"),
         CheckConstraint(_one_of("status", TRIAL_STATUSES), name="status"),
+        CheckConstraint(_one_of("role", TRIAL_ROLES), name="role"),
         CheckConstraint("attempt >= 1", name="attempt"),
         Index("ix_sweep_trials_sweep_id_status", "sweep_id", "status"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     sweep_id: Mapped[int] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"))
+    role: Mapped[str] = mapped_column(String(16), default="search", server_default="search")
+    """:data:`TrialRole`: only ``search`` rows are counted as configurations (views,
+    planner, study); the others are boots the sweep paid for."""
     number: Mapped[int] = mapped_column(Integer)
-    """The Optuna trial number."""
+    """The Optuna trial number (a repeat carries its trial's); a baseline's ordinal."""
+    repeat: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    """Which confirmation re-run a ``repeat`` row is (from 1); 0 for the others."""
+    repeat_of: Mapped[int | None] = mapped_column(
+        ForeignKey("sweep_trials.id", ondelete="CASCADE"))
+    """The search trial a ``repeat`` row re-runs."""
     attempt: Mapped[int] = mapped_column(Integer, default=1)
     params: Mapped[dict[str, Any]] = mapped_column(JSONType)
     """The sampled knob values (what Optuna re-enqueues)."""

@@ -114,7 +114,11 @@ class SweepRecord(_Record):
 class TrialRecord(_Record):
     id: int
     sweep_id: int
+    role: str = "search"
+    """``search``, ``repeat`` (a confirmation re-run of ``repeat_of``) or ``baseline``."""
     number: int
+    repeat: int = 0
+    repeat_of: int | None = None
     attempt: int
     params: dict[str, Any]
     config: dict[str, Any]

@@ -479,3 +479,55 @@ def test_check_schema_refuses_an_unmigrated_database(store: Store, empty_url: st
     store.check_schema()
     with Store(empty_url) as bare, pytest.raises(SchemaMissing, match="slotune db upgrade"):
         bare.check_schema()
+
+
+# --- rows that are not configurations: repeats and baselines -----------------------------
+
+
+def _spec(number: int) -> TrialSpec:
+    return TrialSpec(trial_id=f"t{number}", engine="vllm", model="m-8b",
+                     knobs={"max_num_seqs": 64, "tensor_parallel_size": 2},
+                     workload=Workload(name="chat"), slo=SLO_A)
+
+
+def test_a_repeat_is_a_row_of_its_own_linked_to_its_trial_and_never_a_best_row(
+        store: Store) -> None:
+    sweep = _sweep(store, workload="lab")
+    first = _measured(store, sweep.id, 0, 10.0)
+    # The repeat measured more: were it counted as a configuration, it would be the best.
+    repeat = store.record_trial(
+        sweep.id, role="repeat", number=0, repeat=1, repeat_of=first, params={"n": 0},
+        spec=_spec(0), result=_ok(30.0, timings={"boot_s": 40.0, "total_s": 100.0}))
+    baseline = store.record_trial(sweep.id, role="baseline", number=0, params={},
+                                  spec=_spec(0), result=_ok(0.0))
+
+    rows = store.list_trials(sweep.id).data
+    assert [(r.role, r.number, r.repeat, r.repeat_of) for r in rows] == [
+        ("search", 0, 0, None), ("repeat", 0, 1, first), ("baseline", 0, 0, None)]
+    got = store.get_trial(repeat.id)
+    assert got.status == "ok" and got.objective == 30.0 and got.gpus == 2
+    assert got.timings is not None and got.timings["boot_s"] == 40.0
+    assert got.finished_at is not None and got.started_at is not None
+    assert (got.finished_at - got.started_at).total_seconds() == pytest.approx(100.0)
+    assert [r.id for r in store.list_trials(sweep.id, role="search").data] == [first]
+    assert store.list_trials(sweep.id, role="baseline").data[0].id == baseline.id
+
+    [best] = store.best_for_workload("lab")
+    assert best.trial_id == first and best.objective == 10.0
+
+
+def test_repeat_and_baseline_rows_are_checked_and_never_orphans(store: Store) -> None:
+    sweep, other = _sweep(store, name="a"), _sweep(store, name="b")
+    first = _measured(store, sweep.id, 0, 10.0)
+    with pytest.raises(ValueError, match="repeat_of"):
+        store.record_trial(sweep.id, role="repeat", number=0, params={}, spec=_spec(0),
+                           result=_ok(1.0))
+    with pytest.raises(Conflict, match="not a search trial of sweep"):
+        store.record_trial(other.id, role="repeat", number=0, repeat=1, repeat_of=first,
+                           params={}, spec=_spec(0), result=_ok(1.0))
+    store.record_trial(sweep.id, role="repeat", number=0, repeat=1, repeat_of=first,
+                       params={}, spec=_spec(0), result=_ok(1.0))
+    with pytest.raises(Conflict):  # the same repeat's attempt twice
+        store.record_trial(sweep.id, role="repeat", number=0, repeat=1, repeat_of=first,
+                           params={}, spec=_spec(0), result=_ok(1.0))
+    assert store.recover_orphans(sweep.id) == []
