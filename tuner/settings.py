@@ -9,11 +9,9 @@ database URLs go through :func:`redact_url` before they are shown anywhere.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator, Mapping
 from functools import lru_cache
-from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import (
@@ -28,6 +26,10 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
+
+# Where the embedded database and reports live; the rule is shared with the workers' engine
+# caches, so it lives with them.
+from workers.data_dir import default_data_dir
 
 __all__ = [
     "DEFAULT_GPU_PRICES",
@@ -57,16 +59,6 @@ _SECRET_QUERY = re.compile(r"([?&](?:ssl)?password=)[^&]*", re.IGNORECASE)
 
 class MissingSecret(RuntimeError):
     """A secret the service needs to start was not configured."""
-
-
-def default_data_dir() -> Path:
-    """Where the embedded database lives: ``$SLOTUNE_HOME``, else the XDG data dir."""
-    home = os.environ.get("SLOTUNE_HOME")
-    if home:
-        return Path(home).expanduser()
-    xdg = os.environ.get("XDG_DATA_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "share"
-    return base / "slotune"
 
 
 def normalize_database_url(url: str) -> str:

@@ -97,8 +97,9 @@ class LiveBackend:
             if busy:
                 raise EngineFailure("worker_lost", "GPUs not free before boot: " + "; ".join(busy))
             boot_start = time.perf_counter()
-            engine.start()
-            await engine.wait_ready(spec.timeouts.startup_s)
+            # A wait for the boot slot (a boot of the same configuration on this node
+            # compiling first) counts as boot time.
+            await engine.boot(spec.timeouts.startup_s)
             self.boot_s = time.perf_counter() - boot_start
         finally:
             self.facts = _facts(spec, engine, self.probe)
@@ -127,8 +128,7 @@ class LiveBackend:
         engine = make_engine(twin, self.workdir / "baseline", self.gpu_ids)
         try:
             engine.check_args()
-            engine.start()
-            await engine.wait_ready(twin.timeouts.startup_s)
+            await engine.boot(twin.timeouts.startup_s)
             return await golden_outputs(engine.base_url, twin.served_model, gate.golden)
         except EngineFailure as exc:
             raise QualityUnavailable(f"its start-up failed ({exc.failure}): "

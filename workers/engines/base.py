@@ -12,6 +12,10 @@ patterns in :mod:`workers.engines._log_patterns`; this module is the contract.
 Contract (every adapter; ``tests/workers/engines/test_adapters.py`` runs one suite
 against each):
 
+* **Booting.** :meth:`EngineAdapter.boot` is how a trial boots: :meth:`start` then
+  :meth:`wait_ready`, inside the adapter's :meth:`boot_slot` (vLLM: boots that would
+  write the same compile-cache entries take turns, :mod:`workers.engines.shared_cache`).
+  Waiting for the slot is part of the boot.
 * **States.** ``created`` → ``starting`` (after :meth:`EngineAdapter.start`) →
   ``ready`` (``/health`` answered 200) → ``stopped``; or → ``failed`` when start-up
   fails. :meth:`stop` is valid from every state.
@@ -39,7 +43,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -133,6 +137,9 @@ class EngineAdapter(abc.ABC):
         self.log_path = workdir / "engine.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self._env: dict[str, str] = {}
+        self.notes: list[str] = []
+        """slotune's own lines about this boot (a fallback it took, a wait), which head
+        the engine log so the trial's log says them."""
 
     @property
     def time_scale(self) -> float:
@@ -207,6 +214,23 @@ class EngineAdapter(abc.ABC):
 
     # ---- lifecycle ----------------------------------------------------------------
 
+    async def boot(self, timeout_s: float) -> None:
+        """:meth:`start` then :meth:`wait_ready`, inside :meth:`boot_slot`.
+
+        ``timeout_s`` bounds the engine's own start-up; the slot's wait is bounded apart
+        (by the adapter), so a boot that waited its turn is not a start-up timeout.
+        """
+        async with self.boot_slot(timeout_s):
+            self.start()
+            await self.wait_ready(timeout_s)
+
+    @contextlib.asynccontextmanager
+    async def boot_slot(self, timeout_s: float) -> AsyncIterator[None]:
+        """Held from before :meth:`start` until the engine is healthy or has failed: an
+        adapter whose boots can collide (shared caches) waits its turn here. None by
+        default."""
+        yield
+
     def start(self) -> None:
         """Spawn the server in its own process group on a free port, logging to a file."""
         if self.state is not EngineState.CREATED:
@@ -228,7 +252,8 @@ class EngineAdapter(abc.ABC):
                 "crashed", f"cannot run the {self.kind} engine {argv[0]!r}: "
                 f"{exc.strerror or exc}; {self.binary_hint()}") from exc
         assert self.proc.stdout is not None
-        self._pump = LogPump(self.proc.stdout, self.log_path, log_budget_bytes())
+        self._pump = LogPump(self.proc.stdout, self.log_path, log_budget_bytes(),
+                             preamble="".join(f"[slotune] {note}\n" for note in self.notes))
         self._pump.start()
         self.state = EngineState.STARTING
 

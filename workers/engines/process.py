@@ -37,23 +37,28 @@ class LogPump(threading.Thread):
     The first ``budget − tail`` bytes go to the file as they come; past that, only the
     newest ``tail`` bytes are kept (in memory, then appended when the engine exits), with
     a line saying how much was dropped. The pipe is always drained, so a chatty engine
-    never blocks on a full pipe and never fills the disk.
+    never blocks on a full pipe and never fills the disk. ``preamble`` (slotune's own
+    lines about this boot) heads the file.
     """
 
-    def __init__(self, pipe: IO[bytes], path: Path, budget: int) -> None:
+    def __init__(self, pipe: IO[bytes], path: Path, budget: int, preamble: str = "") -> None:
         super().__init__(name=f"log-pump-{path.parent.name}", daemon=True)
         self.pipe = pipe
         self.path = path
         self.head_budget = max(0, budget - min(LOG_TAIL_KEEP_BYTES, budget // 4))
         self.tail_budget = budget - self.head_budget
-        self.written = 0
+        # What slotune itself has to say about this boot comes first, and is in the file
+        # before the engine's first line can be read back.
+        head = preamble.encode()
+        path.write_bytes(head)
+        self.written = len(head)
         self.dropped = 0
         self._tail: deque[bytes] = deque()
         self._tail_bytes = 0
         self._lock = threading.Lock()
 
     def run(self) -> None:
-        with self.path.open("wb") as out:
+        with self.path.open("ab") as out:
             for line in iter(self.pipe.readline, b""):
                 with self._lock:
                     if self.written + len(line) <= self.head_budget and not self.dropped:

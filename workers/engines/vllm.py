@@ -3,25 +3,56 @@
 The executable is the space's ``engine_binary``, else the worker's ``SLOTUNE_VLLM_BIN``,
 else ``vllm`` on PATH — read on the worker, where the engine runs. The model is a Hugging
 Face name or a local directory. The engine inherits what vLLM reads from the environment
-(``VLLM_*``, ``HF_*``, compiler caches; secrets among them are redacted in every log),
-and keeps its compile caches in the trial's own directory unless told otherwise. On the
-CPU device (``gpu: cpu``, vLLM's CPU build) it gets no GPUs and the CPU platform is
-selected explicitly.
+(``VLLM_*``, ``HF_*``, compiler caches; secrets among them are redacted in every log).
+On the CPU device (``gpu: cpu``, vLLM's CPU build) it gets no GPUs and the CPU platform
+is selected explicitly.
+
+**Caches.** vLLM's caches live in the node's shared folder
+(:mod:`workers.engines.shared_cache`, ``<dir>/vllm/``), so a configuration compiled once
+on a node boots faster there again: ``vllm/`` is ``VLLM_CACHE_ROOT`` (vLLM 0.32 keeps
+``torch_compile_cache/`` — its compiled graphs under a hash of the configuration, the
+environment and its code, in ``torch_aot_compile/<hash>/`` with PyTorch ≥ 2.10 —,
+``modelinfos/``, ``deep_gemm/``, ``flashinfer_autotune_cache/`` and ``startup_plan/``
+there), ``torchinductor/`` is ``TORCHINDUCTOR_CACHE_DIR`` and ``triton/`` is
+``TRITON_CACHE_DIR`` (vLLM points Inductor into its hash directory while it compiles the
+model; these catch the rest), and ``VLLM_XLA_CACHE_PATH``, whose default is *beside*
+``VLLM_CACHE_ROOT``, goes under it. An operator's own value of any of them wins. With
+``SLOTUNE_ENGINE_CACHE_DIR=off`` they are the trial's own directory, as when the shared
+folder cannot be used.
+
+**Taking turns.** Two boots of one configuration take turns (:meth:`VllmEngine.boot_slot`),
+keyed by :meth:`VllmEngine.compile_key`: vLLM writes the index of its non-AOT cache
+(``vllm_compile_cache.py``) in place, so a boot that reads it while another writes it can
+fail, and two boots compiling the same entries at once both pay for the compile. An
+``--enforce-eager`` boot compiles nothing and takes no turn.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import logging
 import os
 import platform
 import shlex
-from collections.abc import Mapping
+import time
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from workers.engines.base import EngineAdapter, flag_args
+from workers.engines.shared_cache import (
+    LOCK_POLL_S,
+    BootLock,
+    SharedCacheUnusable,
+    boot_key,
+    engine_cache_dir,
+)
 
 if TYPE_CHECKING:
     from workers.gpu import GPUProbe
+
+log = logging.getLogger(__name__)
 
 VLLM_BIN_ENV = "SLOTUNE_VLLM_BIN"
 
@@ -39,6 +70,29 @@ VLLM_ARGS = frozenset({
 Each is in ``vllm serve --help=all`` of vLLM 0.32.0; ``swap_space``,
 ``max_seq_len_to_capture`` and ``max_num_partial_prefills`` are gone from vLLM and so
 from here (a space that still sets one must declare it, and vLLM will refuse it)."""
+
+COMPILE_NEUTRAL_ARGS = frozenset({
+    "gpu_memory_utilization", "kv_cache_memory_bytes", "enable_prefix_caching",
+    "enable_chunked_prefill", "long_prefill_token_threshold", "scheduling_policy", "seed",
+    "served_model_name", "load_format", "disable_log_stats",
+})
+"""Arguments that leave vLLM 0.32's compile-cache hash alone: its ``VllmConfig.compute_hash``
+(the hash of ``torch_compile_cache/<hash>``), built by vLLM itself from the tiny model's
+configuration with each argument changed, did not move for these; it moved for
+``max_num_seqs``, ``max_num_batched_tokens``, ``max_model_len``, ``kv_cache_dtype``,
+``block_size``, ``dtype``, ``max_logprobs``, ``async_scheduling``, ``cpu_offload_gb``,
+``trust_remote_code``, ``speculative_config`` and ``compilation_config`` (parallel sizes
+and quantization are in the hashed parallel and model configs). They stay out of
+:meth:`VllmEngine.compile_key`, so configurations that differ only in them, and so share
+their compiled entries, take turns."""
+
+_OWN_CACHES = {"VLLM_CACHE_ROOT": "vllm-cache", "TORCHINDUCTOR_CACHE_DIR": "inductor-cache",
+               "TRITON_CACHE_DIR": "triton-cache"}
+"""The caches in the trial's own directory (``off``, or no usable shared folder)."""
+_SHARED_CACHES = {"VLLM_CACHE_ROOT": "vllm", "TORCHINDUCTOR_CACHE_DIR": "torchinductor",
+                  "TRITON_CACHE_DIR": "triton"}
+"""The same caches in the node's shared folder for vLLM (no version in the names: vLLM,
+Inductor and Triton put their own versions in their keys)."""
 
 
 class VllmEngine(EngineAdapter):
@@ -76,14 +130,76 @@ class VllmEngine(EngineAdapter):
 
     def environment(self) -> dict[str, str]:
         env = super().environment()
-        # Compile caches in the trial's directory: nothing shared between trials or left
-        # behind after one, unless the operator points them somewhere on purpose.
-        env.setdefault("VLLM_CACHE_ROOT", str(self.workdir / "vllm-cache"))
-        env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(self.workdir / "inductor-cache"))
+        shared = None if self._own_caches else self.shared_cache
+        base, names = (self.workdir, _OWN_CACHES) if shared is None else (shared, _SHARED_CACHES)
+        for name, folder in names.items():
+            env.setdefault(name, str(base / folder))  # the operator's own value wins
+        env.setdefault("VLLM_XLA_CACHE_PATH", str(Path(env["VLLM_CACHE_ROOT"]) / "xla_cache"))
         if self.spec.device == "cpu":
             env["VLLM_TARGET_DEVICE"] = "cpu"
             env.pop("CUDA_VISIBLE_DEVICES", None)
         return env
+
+
+    # ---- shared caches ----------------------------------------------------------------
+
+    _own_caches = False
+    """Set when this boot must not use the shared folder (it fell back)."""
+
+    @functools.cached_property
+    def shared_cache(self) -> Path | None:
+        """vLLM's folder of the node's shared caches; None when they are ``off`` or the
+        folder cannot be used (then this trial keeps its own, and its log says why)."""
+        try:
+            return engine_cache_dir(self.kind)
+        except SharedCacheUnusable as exc:
+            self._use_own_caches(f"{exc}; this trial keeps its caches in its own directory")
+            return None
+
+    def compile_key(self) -> str:
+        """What vLLM's compiled entries for this boot depend on, as far as the spec says:
+        the model, the device and every argument but :data:`COMPILE_NEUTRAL_ARGS`.
+
+        An argument nobody has checked counts, so two boots can at worst key apart while
+        vLLM hashes them alike: they then compile side by side, which vLLM 0.32's atomic
+        artifact writes (temporary file, then rename) survive; only the wait is lost.
+        """
+        flags = {k: v for k, v in self.spec.engine_flags.items()
+                 if k not in COMPILE_NEUTRAL_ARGS}
+        return boot_key({"model": self.spec.model, "device": self.spec.device, "flags": flags})
+
+    @contextlib.asynccontextmanager
+    async def boot_slot(self, timeout_s: float) -> AsyncIterator[None]:
+        """Boots of one :meth:`compile_key` on one node take turns, each holding the lock
+        until its engine is healthy or has failed; a wait longer than ``timeout_s`` gives
+        up the turn and boots with the trial's own caches instead."""
+        folder = self.shared_cache
+        if folder is None or self._own_caches or self.spec.engine_flags.get("enforce_eager"):
+            yield
+            return
+        lock = BootLock(folder / "locks" / f"{self.compile_key()}.lock")
+        began = time.monotonic()
+        if not await lock.acquire(timeout_s, owner=f"trial {self.spec.trial_id}",
+                                  on_wait=self.notes.append):
+            self._use_own_caches(
+                f"the compile-cache lock {lock.path} was still held after {timeout_s:g} s "
+                f"(by {lock.holder() or 'another boot'}); compiling in this trial's own "
+                "directory instead of waiting on")
+            yield
+            return
+        waited = time.monotonic() - began
+        if waited >= LOCK_POLL_S:
+            self.notes.append(f"waited {waited:.1f} s for its turn to boot (compile caches "
+                              f"in {folder})")
+        try:
+            yield
+        finally:
+            lock.release()
+
+    def _use_own_caches(self, why: str) -> None:
+        self._own_caches = True
+        self.notes.append(f"compile caches: {why}")
+        log.warning("trial %s: %s", self.spec.trial_id, why)
 
 
 def serve_argv(model: str, flags: Mapping[str, Any], binary: str = "vllm") -> list[str]:
