@@ -7,7 +7,11 @@ repeats share the GPUs like any trial, and a lost worker or a distorted run is r
 as in the search). :func:`tuner.strategies.confirm` then picks the best lower confidence
 bound; a winner whose bound is not above zero did not hold and is not confirmed.
 
-Storing the outcome is the runner's job: nothing here touches the database.
+Every attempt is handed to ``record`` as it ends (the runner stores it as a ``repeat``
+row linked to the trial it re-runs: a repeat costs a full boot, and its timings, metrics
+and engine facts are kept like any trial's); repeats a resumed sweep already stored come
+in as ``done`` and are not run again. Storing is the runner's job: nothing here touches
+the database.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ Slot = tuple[int, int]
 
 SpecFor = Callable[[int, int, int], TrialSpec]
 """The spec of candidate ``i``'s repeat ``r``, attempt ``a`` (from 1)."""
+Record = Callable[[Slot, int, TrialSpec, TrialResult], None]
+"""Called with (slot, attempt, spec, result) for every attempt that ends."""
 
 POLL_S = 2.0
 
@@ -75,15 +81,24 @@ class ConfirmationPhase:
     launcher: TrialLauncher[Slot]
     spec_for: SpecFor
     repeats: int
+    record: Record = lambda slot, attempt, spec, result: None
+    done: Mapping[Slot, TrialResult] = field(default_factory=dict)
+    """Repeats that ran before (a resumed sweep): their results stand."""
+    attempts: Mapping[Slot, int] = field(default_factory=dict)
+    """Attempts already made per slot (a resumed sweep): new ones are numbered after them."""
     gpu_hours: float = 0.0
     """GPU-hours the repeats used so far (also when the phase was stopped)."""
     _attempts: dict[Slot, int] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        self._attempts.update(self.attempts)
+
     def run(self, candidates: Sequence[Mapping[str, KnobValue]], *,
             keep_going: Callable[[], bool] = lambda: True) -> ConfirmationOutcome | None:
         """The outcome; None when ``keep_going`` said stop (what ran is cancelled)."""
-        queue: list[Slot] = [(i, r) for r in range(self.repeats) for i in range(len(candidates))]
-        runs: dict[Slot, TrialResult] = {}
+        queue: list[Slot] = [(i, r) for r in range(self.repeats) for i in range(len(candidates))
+                             if (i, r) not in self.done]
+        runs: dict[Slot, TrialResult] = dict(self.done)
         specs: dict[Slot, TrialSpec] = {}
         while queue or len(self.launcher):
             if not keep_going():
@@ -105,7 +120,10 @@ class ConfirmationPhase:
             for launched, result in self.launcher.wait(POLL_S):
                 slot = launched.tag
                 self.gpu_hours += gpu_hours(result, launched.spec.gpus)
-                if retry_as(result, self._attempts[slot]) is not None:
+                retry = retry_as(result, self._attempts[slot])
+                self.record(slot, self._attempts[slot], launched.spec,
+                            result if retry is None else retry)
+                if retry is not None:
                     # As in the search: it says nothing about the configuration.
                     self.launcher.resubmit(self._next_attempt(slot), slot)
                     continue

@@ -43,7 +43,8 @@ from typing import Any
 import optuna
 from sqlalchemy import exc as sa_exc
 
-from tuner.confirmation import ConfirmationPhase, top_configurations
+from tuner.baselines import QualityBaselines
+from tuner.confirmation import ConfirmationPhase, Slot, top_configurations
 from tuner.db.errors import Conflict, LeaseLost, StorageUnavailable, describe
 from tuner.db.records import Lease, SweepRecord, TrialRecord
 from tuner.executors import ExecutorLost, TrialExecutor
@@ -117,6 +118,16 @@ class _Attempt:
     proposal: Proposal
 
 
+@dataclass
+class _Baseline:
+    """A quality baseline in flight: its spec (as :mod:`tuner.baselines` keys it), which
+    baseline of the sweep it is, and which attempt."""
+
+    spec: TrialSpec
+    number: int
+    attempt: int = 1
+
+
 class SweepRunner:
     """Runs one claimed sweep to its end (see the module docstring)."""
 
@@ -132,14 +143,19 @@ class SweepRunner:
         self.coordinator_id = coordinator_id
         self.database_url = database_url
         self.share = share or GpuShare(executor.capacity())
-        self.trials: TrialLauncher[_Attempt] = TrialLauncher(executor, self.share, sweep.id)
-        """The search's trials in flight."""
+        self.trials: TrialLauncher[_Attempt | _Baseline] = TrialLauncher(
+            executor, self.share, sweep.id)
+        """The search's trials (and quality baselines) in flight."""
         self.on_progress = on_progress
         self.space: SearchSpace = resolve_space(sweep.space)
         budget = dict(sweep.budget)
         self.seed = int(budget.pop("seed", 0))
         self.budget = Budget(SweepBudget.model_validate(budget))
         self.strategy: Strategy = self._strategy()
+        self.baselines: QualityBaselines[Proposal] = QualityBaselines(
+            self.space, sweep.id, max_parked=self.share.capacity)
+        self._ready: list[tuple[Proposal, TrialSpec]] = []
+        """Lossy proposals whose baseline answered, to launch before asking for more."""
         self.results: list[tuple[TrialRecord, TrialResult]] = []
         self.gpu_hours = 0.0
         self.best: tuple[float, int] | None = None
@@ -181,7 +197,14 @@ class SweepRunner:
             study.enqueue_trial(orphan.params, skip_if_exists=False)
             log.info("sweep %s: trial %s (attempt %s) was lost with its coordinator; "
                      "re-enqueued", self.sweep.id, orphan.number, orphan.attempt)
-        done = self.store.list_trials(self.sweep.id, status=["ok", "failed", "infeasible"])
+        stored = [(TrialSpec.model_validate(row.spec), TrialResult.model_validate(row.result))
+                  for row in self.store.list_trials(self.sweep.id).data
+                  if row.role != "search" and row.spec is not None and row.result is not None]
+        self.baselines.restore((spec, result) for spec, result in stored
+                               if spec.golden_reference is not None)
+        self.gpu_hours += sum(gpu_hours(result, spec.gpus) for spec, result in stored)
+        done = self.store.list_trials(self.sweep.id, status=["ok", "failed", "infeasible"],
+                                      role="search")
         known = []
         for row in done.data:
             if row.result is None:
@@ -244,9 +267,9 @@ class SweepRunner:
             stop = stop or self.budget.stop_reason(
                 trials=self._trials_started(), gpu_hours=self.gpu_hours,
                 since_improvement=self.since_improvement)
-            if stop is None:
+            if stop is None or self._ready:
                 try:
-                    self._launch()
+                    self._launch(ask=stop is None)
                 except TRANSIENT_STORAGE_ERRORS as exc:
                     self._note_outage(exc)
                     continue
@@ -269,27 +292,37 @@ class SweepRunner:
                 self._finished(launched, result)
 
     def _trials_started(self) -> int:
-        return len(self.results) + len(self.trials) + self._unrecorded
+        """Search trials asked for: finished, in flight, waiting for the database or for
+        their quality baseline (a baseline itself is not a trial of the search)."""
+        in_flight = sum(isinstance(tag, _Attempt) for tag in self.trials.tags())
+        return (len(self.results) + in_flight + self._unrecorded + self.baselines.parked
+                + len(self._ready))
 
-    def _launch(self) -> bool:
-        """Start what the budget, the GPUs and the strategy allow; True if anything did."""
-        launched = False
+    def _launch(self, *, ask: bool = True) -> bool:
+        """Start what the budget, the GPUs and the strategy allow (``ask``: new proposals
+        too, not only those that waited for their baseline); True if anything did."""
         self._waiting_for_gpus = False
+        launched = self._start_baselines()
         limit = self.budget.limits.max_parallel
-        while self._trials_started() < self.budget.limits.max_trials:
+        while True:
             if limit is not None and len(self.trials) >= limit:
                 break
             if self._deferred is None:
                 if not self.trials.has_room():
                     self._waiting_for_gpus = True  # other sweeps of this coordinator hold them
                     break
-                proposal = self.strategy.ask()
-                if proposal is None:
-                    break
-                spec = None if proposal.preset is not None else self._spec(
-                    proposal.params, f"s{self.sweep.id}-t{proposal.number}-a1")
-                # Held here until it is recorded: a database outage retries the same one.
-                self._deferred = (proposal, spec)
+                if self._ready:
+                    self._deferred = self._ready.pop(0)
+                else:
+                    if not ask or self._trials_started() >= self.budget.limits.max_trials:
+                        break
+                    proposal = self.strategy.ask()
+                    if proposal is None:
+                        break
+                    spec = None if proposal.preset is not None else self._spec(
+                        proposal.params, f"s{self.sweep.id}-t{proposal.number}-a1")
+                    # Held here until it is recorded: a database outage retries the same one.
+                    self._deferred = (proposal, spec)
             proposal, spec = self._deferred
             # Breaks a rule of the space, or needs more than any node will ever offer:
             # recorded infeasible at once, never booted, never waited for.
@@ -302,6 +335,15 @@ class SweepRunner:
                 launched = True
                 continue
             assert spec is not None  # only a preset proposal comes without one
+            ready = self.baselines.ready(spec)
+            if ready is None:
+                # Lossy, and the sweep's baseline has not answered yet: it waits for it.
+                if not self.baselines.park(proposal, spec):
+                    break  # enough wait already: ask for nothing more until it answers
+                self._deferred = None
+                launched = self._start_baselines() or launched
+                continue
+            spec = ready
             if not self.trials.reserve(spec):
                 self._waiting_for_gpus = True  # held until a GPU group of its size is free
                 break
@@ -328,6 +370,26 @@ class SweepRunner:
             self._progress(phase="search")
         time.sleep(0.2)
 
+    def _start_baselines(self) -> bool:
+        """Start the quality baselines lossy proposals wait for, as GPUs allow."""
+        started = False
+        for spec in self.baselines.to_start():
+            number = self.baselines.next_number
+            spec = spec.model_copy(update={"trial_id": f"s{self.sweep.id}-baseline{number}-a1"})
+            never = self._never_placed(spec)
+            if never is not None:  # its lossy trials learn why, and are not held forever
+                self.baselines.started(spec)
+                self._ready.extend(self.baselines.finished(spec, never))
+                started = True
+                continue
+            if not self.trials.reserve(spec):
+                self._waiting_for_gpus = True
+                break
+            self.baselines.started(spec)
+            self.trials.submit(spec, _Baseline(spec, number))
+            started = True
+        return started
+
     def _never_placed(self, spec: TrialSpec) -> TrialResult | None:
         """The infeasible result of a ``spec`` that can never run here (None: it can, now
         or once GPUs free up)."""
@@ -345,8 +407,11 @@ class SweepRunner:
                 self.strategy.withdraw(proposal)
             raise
 
-    def _finished(self, launched: Launched[_Attempt], result: TrialResult) -> None:
+    def _finished(self, launched: Launched[_Attempt | _Baseline], result: TrialResult) -> None:
         run, gpus = launched.tag, launched.spec.gpus
+        if isinstance(run, _Baseline):
+            self._baseline_finished(run, launched.spec, result)
+            return
         retry = retry_as(result, run.row.attempt)
         if retry is not None:
             # Says nothing about the configuration: record this attempt, run it again.
@@ -358,7 +423,25 @@ class SweepRunner:
             self._enqueue_record(run.row, run.proposal, result, gpus)
         self._drain()
 
-    def _relaunch(self, launched: Launched[_Attempt]) -> None:
+    def _baseline_finished(self, run: _Baseline, spec: TrialSpec, result: TrialResult) -> None:
+        """Store the baseline's boot as its row; a lost worker's is run again, else the
+        lossy proposals that waited for it go first in line (answers or no answers)."""
+        self.gpu_hours += gpu_hours(result, spec.gpus)
+        retry = retry_as(result, run.attempt)
+        stored = retry if retry is not None else result
+        self._outbox.add(lambda: self.store.record_trial(
+            self.sweep.id, role="baseline", number=run.number, attempt=run.attempt,
+            params={}, spec=spec, result=stored, worker=self.coordinator_id, lease=self.lease))
+        if retry is not None:
+            again = spec.model_copy(update={
+                "trial_id": f"s{self.sweep.id}-baseline{run.number}-a{run.attempt + 1}"})
+            self.trials.resubmit(again, _Baseline(again, run.number, run.attempt + 1))
+        else:
+            self._ready.extend(self.baselines.finished(spec, result))
+        self._drain()
+
+    def _relaunch(self, launched: Launched[_Attempt | _Baseline]) -> None:
+        assert isinstance(launched.tag, _Attempt)
         proposal = launched.tag.proposal
         attempt = launched.tag.row.attempt + 1
         spec = launched.spec.model_copy(update={
@@ -462,13 +545,29 @@ class SweepRunner:
             return
         top = [self.results[i][0] for i in chosen]
         found = [self.results[i][1].capacity for i in chosen]
+
+        def record(slot: Slot, attempt: int, spec: TrialSpec, result: TrialResult) -> None:
+            row = top[slot[0]]
+            self._outbox.add(lambda: self.store.record_trial(
+                self.sweep.id, role="repeat", number=row.number, repeat=slot[1] + 1,
+                repeat_of=row.id, attempt=attempt, params=row.params, spec=spec,
+                result=result, worker=self.coordinator_id, lease=self.lease))
+            self.strategy.observe_repeat(row.params, result)
+            self._drain()
+
+        done, attempts = self._stored_repeats(top)
+        for (i, _), result in done.items():
+            self.strategy.observe_repeat(top[i].params, result)
         phase = ConfirmationPhase(TrialLauncher(self.executor, self.share, self.sweep.id),
                                   lambda i, r, a: self._repeat_spec(top[i], r, a, found[i]),
-                                  repeats=limits.confirm_repeats)
+                                  repeats=limits.confirm_repeats, record=record, done=done,
+                                  attempts=attempts)
         try:
             outcome = phase.run([row.params for row in top], keep_going=self._beat)
         finally:
             self.gpu_hours += phase.gpu_hours
+        while not self._drain() and not self.lease_lost:
+            time.sleep(HEARTBEAT_S)  # every repeat is stored before the winner is named
         if outcome is None or outcome.winner is None:
             return
         winner = top[outcome.winner]
@@ -485,6 +584,23 @@ class SweepRunner:
         self.confirmation = [{"trial_id": top[row.pop("candidate")].id, **row}
                              for row in outcome.table]
 
+    def _stored_repeats(self, top: list[TrialRecord]
+                        ) -> tuple[dict[Slot, TrialResult], dict[Slot, int]]:
+        """Repeats of ``top`` a previous coordinator of this sweep stored: the results that
+        stand, and the attempts made per slot (so new attempts do not reuse a number)."""
+        index = {row.id: i for i, row in enumerate(top)}
+        done: dict[Slot, TrialResult] = {}
+        attempts: dict[Slot, int] = {}
+        for row in self.store.list_trials(self.sweep.id, role="repeat").data:
+            if row.repeat_of not in index or row.result is None:
+                continue
+            slot = (index[row.repeat_of], row.repeat - 1)
+            attempts[slot] = max(attempts.get(slot, 0), row.attempt)
+            result = TrialResult.model_validate(row.result)
+            if retry_as(result, row.attempt) is None:  # it stood, as it would have here
+                done[slot] = result
+        return done, attempts
+
     def _repeat_spec(self, row: TrialRecord, repeat: int, attempt: int,
                      capacity: float | None) -> TrialSpec:
         overrides: dict[str, Any] = {}
@@ -497,6 +613,8 @@ class SweepRunner:
         spec = self._spec(row.params,
                           f"s{self.sweep.id}-t{row.number}-confirm{repeat}-a{attempt}",
                           **overrides)
+        # A lossy configuration is checked against the sweep's baseline, as in the search.
+        spec = self.baselines.ready(spec) or spec
         return adapter_for(spec.engine).repeat_spec(spec, repeat)
 
     # ---- bookkeeping --------------------------------------------------------------
@@ -524,7 +642,8 @@ class SweepRunner:
             return False
         try:
             for run in self.trials.tags():
-                self.store.heartbeat_trial(run.row.id, lease=self.lease)
+                if isinstance(run, _Attempt):  # a baseline's row is written when it ends
+                    self.store.heartbeat_trial(run.row.id, lease=self.lease)
         except TRANSIENT_STORAGE_ERRORS as exc:
             self._note_outage(exc)
         except LeaseLost as exc:

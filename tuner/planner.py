@@ -216,7 +216,7 @@ def plan_capacity(
               if (model is None or s.model == model) and (gpu is None or s.gpu == gpu)]
     asked = _describe(workload, model, gpu, slo)
     every = [_measurement(s, t) for s in sweeps
-             for t in store.list_trials(s.id, status="ok", limit=None).data
+             for t in store.list_trials(s.id, status="ok", role="search", limit=None).data
              if t.objective is not None]
     measured = [m for m in every if slo is None or m.sweep.slo_key == slo]
     others = sorted({m.sweep.slo_key for m in every} - {slo}) if slo is not None else []

@@ -493,6 +493,9 @@ class QualityGate(_Strict):
     reference: tuple[tuple[int, ...], ...] | None = None
     """The baseline's golden outputs (token ids per prompt), when already known; None:
     the trial boots the baseline first and measures them."""
+    reference_unavailable: str | None = None
+    """Why the sweep's baseline could not answer (it failed to boot or to answer): the
+    check cannot run, and the trial does not boot the baseline again to find out."""
 
     @model_validator(mode="after")
     def _one_check(self) -> QualityGate:
@@ -544,6 +547,10 @@ class TrialSpec(_Strict):
     quality: QualityGate | None = None
     """Set when the configuration is lossy (the space says which values are): the check
     it must pass before it scores."""
+    golden_reference: GoldenCheck | None = None
+    """Set on a quality baseline: boot, answer these golden prompts greedily, stop — no
+    load, no score (the answers are the result's ``golden_answers``, the reference of
+    every lossy trial of the sweep)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -717,6 +724,9 @@ class TrialResult(_Strict):
     """For ``infeasible``: the known constraint of the space that the config broke."""
     quality: QualityVerdict | None = None
     """For a lossy configuration: the quality gate's verdict (None: lossless)."""
+    golden_answers: tuple[tuple[int, ...], ...] | None = None
+    """For a quality baseline (``TrialSpec.golden_reference``): its greedy answers to the
+    golden prompts, in token ids."""
 
     @model_validator(mode="after")
     def _failure_needs_a_class(self) -> TrialResult:

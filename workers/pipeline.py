@@ -23,7 +23,10 @@ golden requests compared with the lossless baseline's answers (measured first, o
 baseline booted and stopped before this configuration boots, unless the spec brings
 them), or the user's command. A failed check is an ``ok`` result with objective 0, a
 violated ``quality`` constraint and the verdict, never measured; a passed one is
-measured as usual and carries its verdict and ``quality`` ≤ 0.
+measured as usual and carries its verdict and ``quality`` ≤ 0. A sweep measures its
+baseline once, as a trial of its own (``spec.golden_reference``: boot, answer the
+golden prompts, stop; the answers are the result's ``golden_answers``), and hands them to
+every lossy trial as the gate's ``reference``.
 
 Capacity probe ``i`` samples with the workload's seed + ``i`` × :data:`PROBE_SEED_STRIDE`:
 fresh prompts, so no probe is served from an earlier probe's prefix cache (vLLM serves
@@ -210,6 +213,8 @@ async def run_pipeline(spec: TrialSpec, backend: Backend, *, detailed: bool = Tr
             await backend.boot()
         finally:
             timings["boot_s"] = backend.boot_s
+        if spec.golden_reference is not None:
+            return await _baseline_answers(spec, spec.golden_reference, backend, timings)
         verdict = await check.verdict(spec, backend)
         if verdict is not None and verdict.passed is False:
             return _quality_failed(spec, verdict, timings, backend.facts)
@@ -238,6 +243,21 @@ async def _measure(spec: TrialSpec, backend: Backend, timings: dict[str, float |
     return _scored(spec, backend, measured, timings, detailed)
 
 
+async def _baseline_answers(spec: TrialSpec, check: GoldenCheck, backend: Backend,
+                            timings: dict[str, float | None]) -> TrialResult:
+    """A quality baseline's result: its answers to the golden prompts, nothing measured.
+    An engine that boots but cannot answer is a failed baseline (``crashed``), so every
+    lossy trial waiting on it learns why its check cannot run."""
+    started = time.perf_counter()
+    try:
+        answers = await backend.golden(check)
+    except QualityUnavailable as exc:
+        raise EngineFailure("crashed", f"the baseline booted but did not answer the golden "
+                            f"prompts: {exc}", log_tail=backend.log_tail()) from None
+    timings["measure_s"] = time.perf_counter() - started
+    return _result(spec, "ok", timings, backend.facts, golden_answers=answers)
+
+
 class _QualityCheck:
     """The quality gate of one trial: the baseline's answers before boot, the verdict
     after (before any load, so a configuration that fails is not measured at all)."""
@@ -245,12 +265,13 @@ class _QualityCheck:
     def __init__(self, gate: QualityGate | None) -> None:
         self.gate = gate
         self.reference = gate.reference if gate is not None else None
-        self.unavailable: str | None = None
+        self.unavailable = gate.reference_unavailable if gate is not None else None
         self.seconds = 0.0
 
     async def baseline(self, backend: Backend) -> None:
         gate = self.gate
-        if gate is None or gate.allow_lossy or gate.golden is None or self.reference:
+        if gate is None or gate.allow_lossy or gate.golden is None or self.reference \
+                or self.unavailable:
             return
         started = time.perf_counter()
         try:

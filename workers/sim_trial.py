@@ -126,7 +126,7 @@ def golden_answers(config: EngineConfig, check: GoldenCheck) -> tuple[tuple[int,
     vocab = config.model.vocab_size
     return tuple(
         tuple(tokenizer.word_to_id(w, vocab) for w in greedy_answer(
-            tokenizer.encode(prompt, vocab), config.seed, config.flip_rate, check.max_tokens))
+            tokenizer.encode(prompt, vocab), config.flip_rate, check.max_tokens))
         for prompt in check.prompts)
 
 

@@ -143,7 +143,12 @@ class TrialMetrics(_Out):
 class TrialOut(_Out):
     id: int
     sweep_id: int
+    role: str
+    """``search`` (a configuration of the search), ``repeat`` (a confirmation re-run of
+    trial ``repeat_of``) or ``baseline`` (the sweep's lossless quality baseline)."""
     number: int
+    repeat: int
+    repeat_of: int | None
     attempt: int
     status: str
     failure_class: str | None

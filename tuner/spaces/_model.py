@@ -490,6 +490,25 @@ class SearchSpace(_Strict):
         return self.quality.gate(tuple(f"{name}={flags[name]}" for name in lossy),
                                  {name: rule.lossless for name, rule in lossy.items()})
 
+    def quality_baseline(self, lossy: TrialSpec, trial_id: str) -> TrialSpec:
+        """The lossless baseline a sweep measures once for ``lossy``'s quality gate: every
+        knob at its default, every lossy value of those and of the fixed args at its
+        lossless value — the same configuration for every lossy trial of the sweep, so
+        one boot answers for all (greedy answers do not depend on the scheduling knobs).
+        Defaults that break a rule of the space fall back to ``lossy``'s own baseline
+        (the trial with its lossless values), which the engine is sure to accept as
+        far as the rules know."""
+        assert lossy.quality is not None and lossy.quality.golden is not None
+        defaults = self.defaults()
+        if self.check(defaults) is None:
+            spec = self.to_trial_spec(defaults, trial_id, workload=lossy.workload,
+                                      slo=lossy.slo)
+            spec = spec.baseline() if spec.quality is not None else spec
+        else:
+            spec = lossy.baseline()
+        return spec.model_copy(update={"trial_id": trial_id, "quality": None,
+                                       "golden_reference": lossy.quality.golden})
+
     def check(self, params: Mapping[str, KnobValue]) -> str | None:
         """The text of the first rule ``params`` break, or None when all hold.
 

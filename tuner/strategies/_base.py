@@ -233,6 +233,12 @@ class Strategy(ABC):
         self.history.append(Observation(proposal, result))
         self._observe(proposal, result)
 
+    def observe_repeat(self, params: Mapping[str, KnobValue], result: TrialResult) -> None:
+        """A confirmation repeat of a configuration already told: a measurement, not a
+        trial (the study never hears of it). Only a strategy that learns from every
+        measurement (the twin) keeps it."""
+        return None
+
     def withdraw(self, proposal: Proposal) -> None:
         """Forget a proposal that will never run (its coordinator lost the sweep before
         recording it): its Optuna trial is failed, not left RUNNING."""

@@ -130,6 +130,8 @@ class TwinStrategy(Strategy):
         self._entries = {params_key(p): _Entry(p) for p in self._candidates(seed)}
         self._fitted_on = 0
         self._screen_ratios: list[float] = []
+        self._repeats: list[tuple[dict[str, KnobValue], TrialResult]] = []
+        """Confirmation repeats: measurements the fit uses beside the trials."""
 
     # --- candidates ----------------------------------------------------------------
 
@@ -318,16 +320,23 @@ class TwinStrategy(Strategy):
             self.twin.factors = self.twin.start = TwinFactors()
             self.warm_start = None
 
+    def observe_repeat(self, params: Mapping[str, KnobValue], result: TrialResult) -> None:
+        # One more measurement of the engine: the calibration a later sweep starts from
+        # is fitted on it too (a repeat differs from its first run by the world's noise).
+        self._repeats.append((dict(params), result))
+        self._refit()
+
     def _refit(self) -> None:
         measured = [(params, result) for params, result in self._measured()
                     if result.status == "ok"]
         if len(measured) <= self._fitted_on:
-            return  # a failure or a repeat adds no probe to fit
+            return  # a failure adds no probe to fit
         self._fitted_on = len(measured)
         self.twin.fit(measured)
 
     def _measured(self) -> list[tuple[dict[str, KnobValue], TrialResult]]:
-        return [(_params_of(key), result) for key, result in self._known.items()]
+        return [*((_params_of(key), result) for key, result in self._known.items()),
+                *self._repeats]
 
     # --- what it shows -------------------------------------------------------------
 

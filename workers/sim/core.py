@@ -272,7 +272,7 @@ class EngineCore:
             raise RequestRejected(
                 f"min_tokens must be between 0 and max_tokens ({limit}), got {min_tokens}."
             )
-        key = tokenizer.request_key(prompt_ids, self.config.seed)
+        key = tokenizer.request_key(prompt_ids)
         target = limit if ignore_eos else max(min_tokens, min(limit, tokenizer.natural_length(key)))
         req = SimRequest(request_id, list(prompt_ids), limit, arrival_time,
                          min_tokens=min_tokens, ignore_eos=ignore_eos, key=key,

@@ -55,7 +55,7 @@ def divergence(prompt_ids: Sequence[int], rate: float) -> Divergence | None:
     """Where the answer to a prompt first differs from the lossless one (None: nowhere)."""
     if rate <= 0.0:
         return None
-    rng = random.Random(tokenizer.request_key(prompt_ids, 0) ^ _SALT)
+    rng = random.Random(tokenizer.request_key(prompt_ids) ^ _SALT)
     u = rng.random()
     position = int(math.log1p(-u) / math.log1p(-rate))
     return position, rng.getrandbits(32)
@@ -69,10 +69,9 @@ def answer_words(key: int, diverged: Divergence | None, start: int, stop: int) -
     return [tokenizer.output_word(key if i < at else other, i) for i in range(start, stop)]
 
 
-def greedy_answer(prompt_ids: Sequence[int], seed: int, rate: float, max_tokens: int
-                  ) -> list[str]:
+def greedy_answer(prompt_ids: Sequence[int], rate: float, max_tokens: int) -> list[str]:
     """The whole greedy answer to a prompt, as the server would stream it: its natural
     length capped at ``max_tokens``, lossy from its divergence point on."""
-    key = tokenizer.request_key(prompt_ids, seed)
+    key = tokenizer.request_key(prompt_ids)
     length = min(max_tokens, tokenizer.natural_length(key))
     return answer_words(key, divergence(prompt_ids, rate), 0, length)

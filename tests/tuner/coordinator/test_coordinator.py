@@ -34,9 +34,11 @@ class RecordingExecutor(TrialExecutor):
     kind = "virtual"
 
     def __init__(self, gpus: int = 2, lose: set[str] | None = None,
-                 overload: set[str] | None = None, fail_repeats: bool = False) -> None:
+                 overload: set[str] | None = None, fail_repeats: bool = False,
+                 fail_baselines: bool = False) -> None:
         self.inner = VirtualExecutor(gpus)
         self.fail_repeats = fail_repeats
+        self.fail_baselines = fail_baselines
         self.submitted: list[TrialSpec] = []
         self.lose = lose or set()
         self.overload = overload or set()
@@ -68,6 +70,9 @@ class RecordingExecutor(TrialExecutor):
             if self.fail_repeats and "confirm" in result.trial_id:
                 # The search's best runs were lucky: their repeats break the SLO.
                 result = result.model_copy(update={"objective": 0.0, "gate_passed": False})
+            if self.fail_baselines and "baseline" in result.trial_id:
+                result = TrialResult(trial_id=result.trial_id, status="failed",
+                                     failure="oom", failure_message="CUDA out of memory")
             if result.trial_id in self.overload:
                 # What a run on an overloaded machine looks like: the client fell behind
                 # its schedule and the latencies it saw broke the gate.
@@ -109,14 +114,31 @@ def test_a_sweep_runs_to_its_budget_and_records_everything(store: Store,
     final = run(store, migrated_url, lab())
     assert final.status == "done"
     assert final.stop_reason == "trial budget reached (8 trials)"
-    trials = store.list_trials(final.id).data
+    rows = store.list_trials(final.id).data
+    trials = [t for t in rows if t.role == "search"]
+    assert trials == store.list_trials(final.id, role="search").data
     assert len(trials) == 8 and all(t.status == "ok" for t in trials)
     assert len({t.number for t in trials}) == 8
     assert final.progress["done"] == 8 and final.progress["best_objective"] > 0
     # The confirmed winner is what the view answers for this workload.
     [best] = store.best_for_workload(final.workload)
     assert best.confirmed and best.trial_id == final.progress["best_trial_id"]
-    assert len(final.progress["confirmation"]) == 2
+    confirmation = final.progress["confirmation"]
+    assert len(confirmation) == 2
+    # Every repeat is a row of its own, linked to the trial it re-ran, with its whole
+    # result: the objective the confirmation table shows, its timings, its engine facts.
+    repeats = {(t.repeat_of, t.repeat): t for t in rows if t.role == "repeat"}
+    assert set(repeats) == {(c["trial_id"], r) for c in confirmation for r in (1, 2)}
+    for candidate in confirmation:
+        original = next(t for t in trials if t.id == candidate["trial_id"])
+        again = [repeats[(original.id, r)] for r in (1, 2)]
+        assert [t.objective for t in again] == candidate["runs"]
+        assert all(t.number == original.number and t.config == original.config
+                   and t.params == original.params for t in again)
+        assert all(t.timings and t.timings["total_s"] > 0 and t.timings["boot_s"] > 0
+                   for t in again)
+        assert all(t.result and t.result["engine"]["kv_cache_tokens"] for t in again)
+    assert len([t for t in rows if t.role == "baseline"]) <= 1  # lossy proposals: one
     # Optuna's study in the same database holds every trial with its constraints.
     study = optuna.load_study(study_name=final.optuna_study_name,
                               storage=optuna_url(migrated_url))
@@ -221,7 +243,7 @@ def test_sweeps_at_once_share_the_gpus_fairly(store: Store, migrated_url: str) -
     for sweep_id in ids:
         final = store.get_sweep(sweep_id)
         assert final.status == "done", final.stop_reason
-        assert len(store.list_trials(sweep_id).data) == 10
+        assert len(store.list_trials(sweep_id, role="search").data) == 10
     # Sweeps claimed together split the GPUs from the first trial on: the first one does
     # not start alone and take them all while the second is still being set up.
     assert executor.sharing_at_first_submit == 2
@@ -263,7 +285,7 @@ def test_resume_finishes_a_sweep_whose_coordinator_died(store: Store,
     store.requeue_sweep(sweep.id)
     final = coordinator.run_sweep(sweep.id)
     assert final.status == "done"
-    rows = store.list_trials(sweep.id).data
+    rows = store.list_trials(sweep.id, role="search").data
     finished = [t for t in rows if t.status in ("ok", "failed", "infeasible")]
     lost = [t for t in rows if t.status == "lost"]
     assert lost, "the orphans were marked lost"
@@ -282,7 +304,7 @@ def test_a_run_distorted_by_an_overloaded_client_is_discarded_and_retried(
     next_id = sweep_probe.id + 1
     executor = RecordingExecutor(overload={f"s{next_id}-t0-a1"})
     final = run(store, migrated_url, lab(max_trials=3, confirm_top=0), executor)
-    rows = [t for t in store.list_trials(final.id).data if t.number == 0]
+    rows = [t for t in store.list_trials(final.id, role="search").data if t.number == 0]
     assert [(t.attempt, t.status) for t in rows] == [(1, "failed"), (2, "ok")]
     assert rows[0].failure_class == "client_bound"
     assert rows[0].result and "client-bound" in rows[0].result["failure_message"]
@@ -328,7 +350,7 @@ def test_a_sweep_waiting_for_gpus_other_sweeps_hold_waits_rather_than_ending(
         final = store.get_sweep(sweep.id)
         assert final.status == "done" and final.progress["trials"] == 3, final.stop_reason
         assert "waiting" not in final.progress
-        assert store.list_trials(sweep.id, status="ok").count == 3
+        assert store.list_trials(sweep.id, status="ok", role="search").count == 3
 
 
 TP_SPACE: dict[str, Any] = {
@@ -349,7 +371,7 @@ def test_trials_no_node_can_hold_are_infeasible_at_once_and_the_sweep_ends(
                                             budget=SweepBudget(max_trials=6, confirm_top=0)))
     final = Coordinator(store, VirtualExecutor(2), database_url=migrated_url).run_sweep(sweep.id)
     assert final.status == "done"
-    rows = store.list_trials(sweep.id).data
+    rows = store.list_trials(sweep.id, role="search").data
     assert len(rows) == 6
     for row in rows:
         tp = row.params["tensor_parallel_size"]
@@ -422,7 +444,7 @@ def test_a_sweep_whose_ttft_tail_comes_from_its_longest_prompts_names_the_bucket
                                             workload=str(workload),
                                             budget=SweepBudget(max_trials=2, confirm_top=0)))
     Coordinator(store, VirtualExecutor(2), database_url=migrated_url).run_sweep(sweep.id)
-    trials = [t for t in store.list_trials(sweep.id).data if t.status == "ok"]
+    trials = [t for t in store.list_trials(sweep.id, role="search").data if t.status == "ok"]
     assert trials
     for trial in trials:
         assert trial.diagnosis is not None
@@ -436,3 +458,108 @@ def test_a_sweep_whose_ttft_tail_comes_from_its_longest_prompts_names_the_bucket
     assert "**Symptoms beside the wall:**" in report and "2048–4095-token bucket" in report
 
 
+
+
+FP8_SPACE: dict[str, Any] = {
+    "name": "fp8-kv", "engine": "sim", "model": "Qwen/Qwen2.5-7B-Instruct", "gpu": "rtx4090",
+    # Every configuration is lossy: an fp8 KV cache, checked against the auto (lossless) one.
+    "fixed": {"kv_cache_dtype": "fp8", "max_model_len": 4096},
+    "knobs": {"max_num_seqs": {"type": "values", "values": [32, 64, 128], "default": 64}},
+    "workload": {"name": "fp8-4rps", "dataset": {"kind": "random", "input_len": 256,
+                                                  "output_len": 64},
+                 "arrivals": {"request_rate": 4}, "num_prompts": 40, "warmup_requests": 2},
+    "slo": "ttft:300,tpot:50",
+}
+
+
+def _fp8_sweep(**budget: Any) -> SweepRequest:
+    return SweepRequest(space=FP8_SPACE, strategy="grid", mode="goodput",
+                        budget=SweepBudget(**{"max_trials": 3, "confirm_top": 0, **budget}))
+
+
+def test_three_lossy_trials_boot_one_baseline_and_each_is_checked_against_its_answers(
+        store: Store, migrated_url: str) -> None:
+    executor = RecordingExecutor()
+    final = run(store, migrated_url, _fp8_sweep(confirm_top=1, confirm_repeats=2), executor)
+    assert final.status == "done"
+    baselines = [s for s in executor.submitted if s.golden_reference is not None]
+    assert len(baselines) == 1
+    [baseline] = baselines
+    assert baseline.engine_flags["kv_cache_dtype"] == "auto" and baseline.quality is None
+    # The baseline is a row of its own, with its boot's timings and its answers.
+    [row] = store.list_trials(final.id, role="baseline").data
+    assert row.status == "ok" and row.timings and row.timings["boot_s"] > 0
+    assert row.config["kv_cache_dtype"] == "auto"
+    answers = row.result and row.result["golden_answers"]
+    assert answers and len(answers) == len(baseline.golden_reference.prompts)
+    # Every lossy boot (three trials, two repeats) brought the answers and was checked
+    # against them: none booted a baseline of its own.
+    lossy = [s for s in executor.submitted if s.quality is not None]
+    assert len(lossy) == 5
+    assert all(s.quality.reference is not None
+               and [list(a) for a in s.quality.reference] == answers for s in lossy)
+    for trial in store.list_trials(final.id).data:
+        if trial.role != "baseline":
+            assert trial.result and trial.result["quality"]["checked"], trial.id
+            assert trial.result["quality"]["agreement"] > 0.9  # fp8 KV moves few tokens
+    # The configurations are counted once: three search trials, two repeats of the winner.
+    roles = Counter(t.role for t in store.list_trials(final.id).data)
+    assert roles == {"search": 3, "repeat": 2, "baseline": 1}
+
+
+def test_a_resumed_sweep_reads_its_baseline_back_rather_than_booting_it_again(
+        store: Store, migrated_url: str) -> None:
+    sweep = queue_sweep(store, _fp8_sweep())
+    claimed = store.claim_sweep(sweep.id, "dead-coordinator")
+    assert claimed is not None
+
+    class Dies(Exception):
+        pass
+
+    runner = SweepRunner(store, claimed, VirtualExecutor(1), coordinator_id="dead-coordinator",
+                         database_url=migrated_url)
+    original = runner._finished
+    calls = {"n": 0}
+
+    def die_after_the_baseline(handle: Hashable, result: TrialResult) -> None:
+        calls["n"] += 1
+        if calls["n"] > 2:  # the baseline, then one lossy trial
+            raise Dies
+        original(handle, result)
+
+    runner._finished = die_after_the_baseline  # type: ignore[method-assign]
+    runner._abandon = lambda: None  # type: ignore[method-assign] # a kill -9 cleans nothing
+    with pytest.raises(Dies):
+        runner.run()
+    assert len(store.list_trials(sweep.id, role="baseline").data) == 1
+    store.update_sweep(sweep.id, status="failed")  # as `sweep resume` would find it
+    store.requeue_sweep(sweep.id)
+    executor = RecordingExecutor(gpus=1)
+    final = Coordinator(store, executor, database_url=migrated_url).run_sweep(sweep.id)
+    assert final.status == "done"
+    assert executor.submitted and not [s for s in executor.submitted if s.golden_reference]
+    assert all(s.quality and s.quality.reference for s in executor.submitted)
+    assert len(store.list_trials(sweep.id, role="baseline").data) == 1
+    measured = store.list_trials(sweep.id, role="search", status="ok").data
+    # The trial lost with the dead coordinator was measured again, against the answers
+    # the first coordinator's baseline stored.
+    assert {t.params["max_num_seqs"] for t in measured} >= {32, 64}
+
+
+def test_a_baseline_that_cannot_boot_fails_the_check_of_every_lossy_trial_once(
+        store: Store, migrated_url: str) -> None:
+    executor = RecordingExecutor(fail_baselines=True)
+    final = run(store, migrated_url, _fp8_sweep(max_trials=2), executor)
+    assert final.status == "done"
+    [row] = store.list_trials(final.id, role="baseline").data
+    assert row.status == "failed" and row.failure_class == "oom"
+    # Booted once: the lossy trials are told why rather than each booting it again.
+    assert len([s for s in executor.submitted if s.golden_reference]) == 1
+    trials = store.list_trials(final.id, role="search").data
+    assert len(trials) == 2
+    for trial in trials:
+        assert trial.status == "ok" and trial.objective == 0.0
+        quality = trial.result and trial.result["quality"]
+        assert quality and quality["passed"] is False and not quality["checked"]
+        assert "the sweep's lossless baseline" in quality["detail"]
+        assert "CUDA out of memory" in quality["detail"]

@@ -230,7 +230,7 @@ def test_a_prompt_that_quotes_an_answer_reuses_the_answers_blocks(lazy: bool) ->
     """Multi-turn chat: generated blocks are cached under the ids of the words produced."""
     cfg = build_config(QWEN7B, sim_gpu="h100-sxm")
     first_prompt = list(range(5000, 5000 + 200))
-    key = tokenizer.request_key(first_prompt, cfg.seed)
+    key = tokenizer.request_key(first_prompt)
     answer = " ".join(tokenizer.output_word(key, i) for i in range(96))
     second_prompt = first_prompt + tokenizer.encode(answer, cfg.model.vocab_size) + [7, 8, 9]
     result = simulate(cfg, [SimRequestSpec(0.0, first_prompt, 96),

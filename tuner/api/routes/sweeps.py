@@ -13,7 +13,7 @@ from tuner.api.deps import StoreDep, UniqueKeys, WriterDep
 from tuner.api.errors import ERROR_RESPONSES, ErrorOut, InvalidInput
 from tuner.api.params import Limit, NameFilter, Offset, SweepId
 from tuner.api.schemas import CardOut, ListOut, SweepOut, TrialOut
-from tuner.db.models import SweepStatus, SweepTrialStatus
+from tuner.db.models import SweepStatus, SweepTrialStatus, TrialRole
 from tuner.placement import declared_cluster, unplaceable_layouts
 from tuner.spaces import SpaceError
 from tuner.sweeps import REQUEST_ERRORS, SweepRequest, queue_sweep, resolve
@@ -88,9 +88,11 @@ def cancel_sweep(sweep_id: SweepId, store: StoreDep, _: WriterDep) -> SweepOut:
 
 @router.get("/{sweep_id}/trials", response_model=ListOut[TrialOut])
 def list_trials(sweep_id: SweepId, store: StoreDep, status: SweepTrialStatus | None = None,
-                offset: Offset = 0, limit: Limit = 100) -> ListOut[TrialOut]:
-    """A sweep's trials by Optuna number, then attempt."""
-    page = store.list_trials(sweep_id, status=status, offset=offset, limit=limit)
+                role: TrialRole | None = None, offset: Offset = 0,
+                limit: Limit = 100) -> ListOut[TrialOut]:
+    """Every boot of a sweep by Optuna number, then repeat and attempt: its search trials,
+    their confirmation repeats and its quality baseline (``role`` selects one kind)."""
+    page = store.list_trials(sweep_id, status=status, role=role, offset=offset, limit=limit)
     return ListOut(data=[TrialOut.from_record(t) for t in page.data], count=page.count)
 
 
