@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 __all__ = [
+    "BOOT_PHASES",
     "FAILURE_CLASSES",
     "FILE_DATASETS",
     "GOLDEN_PROMPTS",
@@ -626,7 +627,12 @@ def _parallel_size(value: Any) -> int:
 
 
 class PhaseTimings(_Strict):
-    """Where a trial's wall time went, seconds (None: the phase did not run)."""
+    """Where a trial's wall time went, seconds (None: the phase did not run).
+
+    ``boot_s`` is split by what the engine's start-up log said
+    (:func:`workers.engines.boot_phases`); each part is None where the log did not say,
+    and rows stored before the split have none of them.
+    """
 
     boot_s: float | None = None
     warmup_s: float | None = None
@@ -635,6 +641,21 @@ class PhaseTimings(_Strict):
     total_s: float = 0.0
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    boot_weights_s: float | None = None
+    """Building the model and loading its weights."""
+    boot_compile_s: float | None = None
+    """torch.compile (or loading its cached result)."""
+    boot_graph_capture_s: float | None = None
+    """CUDA graph capture."""
+    boot_kv_cache_s: float | None = None
+    """Memory profiling, KV-cache allocation and warm-up, less compile and graph capture."""
+    boot_server_ready_s: float | None = None
+    """The rest of ``boot_s``: interpreter start, API server, until ``/health`` answered."""
+
+
+BOOT_PHASES: tuple[str, ...] = tuple(
+    name for name in PhaseTimings.model_fields if name.startswith("boot_") and name != "boot_s")
+"""The parts of ``PhaseTimings.boot_s``, in the order a boot runs them."""
 
 
 class EngineFacts(_Strict):

@@ -54,7 +54,7 @@ from workers.contracts import (
     TrialSpec,
     Workload,
 )
-from workers.engines import EngineFailure
+from workers.engines import EngineFailure, boot_phases
 from workers.loadgen.diagnosis import diagnose
 from workers.loadgen.result import OURS, ResultInfo, build_result
 from workers.loadgen.scoring import Score
@@ -417,6 +417,8 @@ def _result(spec: TrialSpec, status: str, timings: dict[str, float | None],
             facts: EngineFacts, **fields: Any) -> TrialResult:
     phases = {k: timings.get(k) for k in ("boot_s", "warmup_s", "measure_s")}
     total = sum(v for v in phases.values() if v is not None)
+    # The boot split by what the engine said while starting, failed boots included.
+    boot = boot_phases(facts.startup_phases_s, phases["boot_s"])
     return TrialResult.model_validate({
         "trial_id": spec.trial_id, "status": status, "engine": facts,
-        "timings": PhaseTimings(**phases, total_s=total), **fields})
+        "timings": PhaseTimings(**phases, **boot, total_s=total), **fields})

@@ -7,7 +7,9 @@ result fields — without starting a server. Search-quality benchmarks and pre-s
 use it; its timings are *engine* seconds, i.e. what the trial would cost on a GPU:
 
 * ``boot_s`` — modelled weight loading + CUDA graph capture (a refused start-up costs
-  the time vLLM takes to refuse: process start, and weights loaded for an OOM);
+  the time vLLM takes to refuse: process start, and weights loaded for an OOM), split
+  into the ``boot_*_s`` phases from the phases the simulated server prints
+  (:func:`workers.sim.config.startup_phases`), as a live trial's from vLLM's log;
 * ``measure_s`` — the simulated measurement, cut at the early-abort point when the
   gate could no longer hold (the live runner stops there too).
 """
@@ -57,6 +59,7 @@ from workers.sim.config import (
     graph_capture_seconds,
     load_seconds,
     plan_memory,
+    startup_phases,
     weight_bytes,
 )
 from workers.sim.core import EngineCore, RequestRejected
@@ -393,9 +396,7 @@ class VirtualBackend:
             gpu_name=config.gpu.device_name,
             gpu_memory_bytes=config.gpu.memory_bytes, kv_cache_tokens=plan.kv_tokens,
             max_concurrency=plan.kv_tokens / config.max_model_len,
-            startup_phases_s={"weights_loading": load_seconds(config, plan),
-                              **({} if config.enforce_eager
-                                 else {"graph_capturing": graph_capture_seconds(config)})},
+            startup_phases_s=startup_phases(config, plan),
             resolved_config=config.resolved(),
         )
 

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from workers.contracts import SLO, TrialSpec, Workload
+import pytest
+
+from workers.contracts import BOOT_PHASES, SLO, TrialSpec, Workload
 from workers.loadgen.datasets import sample_requests
 from workers.loadgen.workload_files import load_workload
-from workers.sim_trial import run_virtual_trial
+from workers.sim.config import PROFILE_SECONDS
+from workers.sim_trial import PROCESS_START_S, run_virtual_trial
 
 MODEL = "Qwen/Qwen2.5-7B-Instruct"
 SLO_ = SLO(ttft=300, tpot=50)
@@ -67,6 +70,7 @@ def test_memory_refusal_fails_as_oom_and_is_charged_the_weights_load() -> None:
     assert r.timings.boot_s is not None and ok.timings.boot_s is not None
     assert 0 < r.timings.boot_s < ok.timings.boot_s  # no graph capture after a failed profile
     assert r.timings.measure_s is None
+    assert r.timings.boot_graph_capture_s is None and ok.timings.boot_graph_capture_s
 
 
 def test_boot_charge_grows_with_graph_capture_buckets() -> None:
@@ -75,6 +79,18 @@ def test_boot_charge_grows_with_graph_capture_buckets() -> None:
     assert small.timings.boot_s is not None and big.timings.boot_s is not None
     assert big.timings.boot_s > small.timings.boot_s
     assert big.timings.total_s == big.timings.boot_s + (big.timings.measure_s or 0)
+    # The boot split as a live trial's: the graph capture is what grew, weights and the
+    # process around the engine did not; no torch.compile is modelled.
+    s, b = small.timings, big.timings
+    assert b.boot_graph_capture_s is not None and s.boot_graph_capture_s is not None
+    assert b.boot_graph_capture_s > s.boot_graph_capture_s
+    assert b.boot_weights_s == s.boot_weights_s and b.boot_weights_s is not None
+    # The modelled boot has no profiling run of its own: the one second the engine's init
+    # reports comes out of the process start.
+    assert b.boot_server_ready_s == s.boot_server_ready_s == PROCESS_START_S - PROFILE_SECONDS
+    assert b.boot_compile_s is None
+    parts = [getattr(b, name) or 0.0 for name in BOOT_PHASES]
+    assert sum(parts) == pytest.approx(b.boot_s)
 
 
 def test_past_the_knee_aborts_early_and_charges_only_until_then() -> None:

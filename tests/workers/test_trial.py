@@ -68,6 +68,9 @@ def test_a_load_the_config_carries_scores_its_goodput() -> None:
     t = result.timings
     assert t.boot_s and t.warmup_s is not None and t.measure_s and t.teardown_s is not None
     assert t.total_s >= t.boot_s + t.measure_s
+    # The boot split as the engine's start-up log says it (the simulator's: engine seconds).
+    assert t.boot_weights_s and t.boot_graph_capture_s and t.boot_kv_cache_s
+    assert t.boot_compile_s is None and t.boot_server_ready_s is not None
     assert result.engine.kv_cache_tokens and result.engine.kv_cache_tokens > 100_000
     assert result.engine.gpu_name == "NVIDIA GeForce RTX 4090 (simulated)"
 
@@ -92,7 +95,7 @@ def test_refused_config_is_invalid_config_and_does_not_fit() -> None:
     assert (result.status, result.failure) == ("failed", "invalid_config")
     assert result.constraints == {"fits": 1.0}
     assert "must be greater than or equal to max_num_seqs" in (result.failure_message or "")
-    assert result.timings.boot_s is None
+    assert result.timings.boot_s is None and result.timings.boot_server_ready_s is None
 
 
 def test_unknown_argument_never_boots() -> None:
@@ -120,6 +123,7 @@ def test_oom_under_the_first_large_batch_is_oom_mid_run() -> None:
     assert "CUDA out of memory" in (result.log_tail or "")
     assert "CUDA out of memory" in (result.failure_message or "")
     assert result.timings.boot_s is not None
+    assert result.timings.boot_graph_capture_s  # a failed trial keeps its boot split
 
 
 def test_rejected_requests_are_benchmark_errors() -> None:

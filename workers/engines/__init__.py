@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from workers.contracts import TrialSpec
+from workers.engines._log_patterns import boot_phases
 from workers.engines.base import (
     EngineAdapter,
     EngineFailure,
@@ -35,6 +36,7 @@ __all__ = [
     "SimEngine",
     "VllmEngine",
     "adapter_for",
+    "boot_phases",
     "classify_failure",
     "flag_args",
     "make_engine",

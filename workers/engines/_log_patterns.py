@@ -18,8 +18,15 @@ Start-up facts (:func:`parse_startup_log`):
   ``… GiB and …``); ``torch.compile took 21.5 s in total`` (older: ``takes``);
   ``Graph capturing finished in 12 secs, took 0.53 GiB``; ``init engine (profile, create
   kv cache, warmup model) took 0.62 s`` (older: ``… took 41.62 seconds``), with
-  ``(compilation: 20.00 s)`` after it when vLLM compiled, kept as its own phase.
+  ``(compilation: 20.00 s)`` after it when vLLM compiled, kept as its own phase;
+  ``Directly load the compiled graph(s) for … from the cache, took 2.345 s`` when a GPU
+  build found its compiled graphs in the cache. The CPU build compiles in its own
+  warm-up and prints no compile time: ``Warming up model for the compilation...`` and
+  ``Warming up done.``, whose timestamps (whole seconds) give ``compile_warmup``.
 * ``CUDA_VISIBLE_DEVICES=…`` where the engine prints the devices it saw (the simulator).
+
+:func:`boot_phases` turns those raw phases and the measured boot into the trial's
+``timings`` boot split (``boot_weights_s`` … ``boot_server_ready_s``).
 
 Why it died (:func:`classify_failure`, :func:`error_sentence`): vLLM's configuration
 classes are pydantic dataclasses, so a refused argument ends start-up with a
@@ -34,6 +41,7 @@ releases raised ``ValueError: <sentence>``. Memory shortfalls are a ``ValueError
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from workers.contracts import FailureClass
@@ -128,10 +136,27 @@ _PHASE_PATTERNS: dict[str, tuple[re.Pattern[str], ...]] = {
     "load_weights": (re.compile(r"Loading weights took ([\d.]+) seconds"),),
     "model_loading": (
         re.compile(r"Model loading took [\d.]+ GiB(?: memory)? and ([\d.]+) seconds"),),
-    "torch_compile": (re.compile(r"torch\.compile (?:took|takes) ([\d.]+) s in total"),),
+    # vllm/compilation/monitor.py; decorators.py words it so when compile and the first
+    # profiling run are timed together (no AOT compile).
+    "torch_compile": (
+        re.compile(r"torch\.compile (?:took|takes) ([\d.]+) s in total"),
+        re.compile(r"torch\.compile and initial profiling/warmup run together took ([\d.]+) s"
+                   r" in total"),
+    ),
+    # vllm/compilation/backends.py: compiled graphs found in the cache ("for compile range
+    # [1, 8192]"; older: "for dynamic shape"). Part of the torch.compile figure.
+    "compile_cache_load": (re.compile(
+        r"Directly load the compiled graph\(s\) for .*? from the cache, took ([\d.]+) s"),),
     "graph_capture": (re.compile(r"Graph capturing finished in ([\d.]+) secs"),),
     "init_engine": (re.compile(_INIT_ENGINE + r"([\d.]+) (?:s\b|seconds)"),),
     "compilation": (re.compile(_INIT_ENGINE + r"[\d.]+ s \(compilation: ([\d.]+) s"),),
+}
+# vllm/v1/worker/cpu_model_runner.py (``warming_up_model``): the CPU build compiles in this
+# warm-up (its compilation mode logs no compile time); whole-second timestamps only.
+_TIMESTAMP = r"\d\d-\d\d (\d\d):(\d\d):(\d\d(?:\.\d+)?) \[[^\]]*\]\s+"
+_SPANS: dict[str, tuple[re.Pattern[str], re.Pattern[str]]] = {
+    "compile_warmup": (re.compile(_TIMESTAMP + r"Warming up model for the compilation\.\.\."),
+                       re.compile(_TIMESTAMP + r"Warming up done\.")),
 }
 
 
@@ -161,5 +186,72 @@ def parse_startup_log(text: str) -> dict[str, Any]:
         raw = _first(patterns, text)
         if raw is not None:
             phases[phase] = float(raw)
+    for phase, (begin, end) in _SPANS.items():
+        seconds = _span(begin, end, text)
+        if seconds is not None:
+            phases[phase] = seconds
     facts["startup_phases_s"] = phases
     return facts
+
+
+def _span(begin: re.Pattern[str], end: re.Pattern[str], text: str) -> float | None:
+    """Seconds between the first ``begin`` line and the first ``end`` line after it, from
+    their log timestamps (None: either is missing)."""
+    start = begin.search(text)
+    if start is None:
+        return None
+    stop = end.search(text, start.end())
+    if stop is None:
+        return None
+    h0, m0, s0 = start.groups()
+    h1, m1, s1 = stop.groups()
+    elapsed = (int(h1) - int(h0)) * 3600 + (int(m1) - int(m0)) * 60 + float(s1) - float(s0)
+    return elapsed % 86_400  # a span across midnight
+
+
+def boot_phases(phases: Mapping[str, float], boot_s: float | None
+                ) -> dict[str, float | None]:
+    """Where a boot's seconds went, as the trial's ``timings`` keys (None: not said).
+
+    ``phases`` are the engine's raw start-up phases (:func:`parse_startup_log`, or the
+    simulator's in the same keys); ``boot_s`` is the boot as measured, from the process
+    start until ``/health`` answered.
+
+    * ``boot_weights_s``: vLLM's "Model loading took" (it times building the model and
+      loading its weights), else what it said of those two parts;
+    * ``boot_compile_s``: the engine core's compilation total, else torch.compile's, else
+      the CPU build's compile warm-up, else the time to load compiled graphs from cache;
+    * ``boot_graph_capture_s``: CUDA graph capture;
+    * ``boot_kv_cache_s``: "init engine (profile, create kv cache, warmup model)" less
+      the compilation and graph capture it contains. In vLLM 0.32 that figure times
+      ``EngineCore._initialize_kv_caches`` (vllm/v1/engine/core.py): the profile run —
+      where torch.compile runs (the CPU build: its compile warm-up) — then KV-cache
+      allocation, then ``compile_or_warm_up_model`` (more compile sizes and the graph
+      capture, vllm/v1/worker/gpu_worker.py); weight loading comes before it;
+    * ``boot_server_ready_s``: the rest of ``boot_s`` — interpreter start, imports,
+      argument resolution, the API server — until ``/health`` answered (never negative;
+      None without a measured boot).
+
+    The log's figures are rounded (graph capture to whole seconds, the CPU warm-up to
+    its whole-second timestamps): the compile phase is capped at the init-engine figure
+    that contains it, and a derived phase is floored at zero and kept to milliseconds.
+    """
+    weights = phases.get("model_loading")
+    if weights is None and ("initialize_model" in phases or "load_weights" in phases):
+        weights = phases.get("initialize_model", 0.0) + phases.get("load_weights", 0.0)
+    compile_s = next((phases[k] for k in ("compilation", "torch_compile", "compile_warmup",
+                                          "compile_cache_load") if k in phases), None)
+    graphs = phases.get("graph_capture")
+    init_engine = phases.get("init_engine")
+    kv_cache = None
+    if init_engine is not None:
+        if compile_s is not None:
+            compile_s = min(compile_s, init_engine)
+        kv_cache = round(max(0.0, init_engine - (compile_s or 0.0) - (graphs or 0.0)), 3)
+    known = (weights, compile_s, graphs, kv_cache)
+    ready = None
+    if boot_s is not None:
+        ready = round(max(0.0, boot_s - sum(v for v in known if v is not None)), 3)
+    return {"boot_weights_s": weights, "boot_compile_s": compile_s,
+            "boot_graph_capture_s": graphs, "boot_kv_cache_s": kv_cache,
+            "boot_server_ready_s": ready}

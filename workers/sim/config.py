@@ -482,13 +482,12 @@ def startup_log_lines(config: EngineConfig, plan: MemoryPlan) -> list[str]:
     log); ``workers.engines.parse_startup_log`` reads the same facts from both.
     """
     max_concurrency = plan.kv_tokens / config.max_model_len
-    load = load_seconds(config, plan)
+    phases = startup_phases(config, plan)
+    load = phases["model_loading"]
     spec = config.speculative
     speculative = "None" if spec is None else (
         f"SpeculativeConfig(method={spec.method}, "
         f"num_spec_tokens={spec.num_speculative_tokens})")
-    init_engine = PROFILE_SECONDS + (0.0 if config.enforce_eager
-                                     else graph_capture_seconds(config))
     return [
         f"Resolved architecture for {config.model.name} on {config.gpu.device_name} "
         f"(simulated), tensor_parallel_size={config.tensor_parallel_size}",
@@ -506,19 +505,35 @@ def startup_log_lines(config: EngineConfig, plan: MemoryPlan) -> list[str]:
         f"enable_prefix_caching={config.enable_prefix_caching}, "
         f"enable_chunked_prefill={config.enable_chunked_prefill}",
         f"Starting to load model {config.model.name}...",
-        f"Initializing model took {INIT_MODEL_SECONDS:.6f} seconds",
+        f"Initializing model took {phases['initialize_model']:.6f} seconds",
         # vLLM's dummy loader fills the weights in place and reports no load time.
-        *([] if config.load_format == "dummy" else [f"Loading weights took {load:.2f} seconds"]),
+        *([f"Loading weights took {phases['load_weights']:.2f} seconds"]
+          if "load_weights" in phases else []),
         f"Model loading took {round(plan.weights / GiB, 2)} GiB memory and {load:.6f} seconds",
         f"Available KV cache memory: {round(plan.kv_cache / GiB, 2)} GiB",
         f"GPU KV cache size: {plan.kv_tokens:,} tokens, Maximum concurrency for "
         f"{config.max_model_len:,} tokens per request: {max_concurrency:.2f}x",
-        *([] if config.enforce_eager else [
-            f"Graph capturing finished in {graph_capture_seconds(config):.0f} secs, took "
-            f"{plan.cuda_graphs / GiB:.2f} GiB"
-        ]),
-        f"init engine (profile, create kv cache, warmup model) took {init_engine:.2f} s",
+        *([f"Graph capturing finished in {phases['graph_capture']:.0f} secs, took "
+           f"{plan.cuda_graphs / GiB:.2f} GiB"] if "graph_capture" in phases else []),
+        f"init engine (profile, create kv cache, warmup model) took "
+        f"{phases['init_engine']:.2f} s",
     ]
+
+
+def startup_phases(config: EngineConfig, plan: MemoryPlan) -> dict[str, float]:
+    """The start-up phases the simulated engine reports, seconds, in the keys
+    ``workers.engines.parse_startup_log`` reads from vLLM's lines (the log prints these;
+    the virtual-time trial records them as they are). As in vLLM 0.32, "init engine"
+    contains the graph capture; the simulator models no torch.compile."""
+    load = load_seconds(config, plan)
+    phases = {"initialize_model": INIT_MODEL_SECONDS, "model_loading": load}
+    if config.load_format != "dummy":
+        phases["load_weights"] = load
+    graphs = 0.0
+    if not config.enforce_eager:
+        graphs = phases["graph_capture"] = graph_capture_seconds(config)
+    phases["init_engine"] = PROFILE_SECONDS + graphs
+    return phases
 
 
 # Start-up phases the simulator reports but does not vary: building the model's modules,

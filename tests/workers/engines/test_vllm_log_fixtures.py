@@ -1,7 +1,8 @@
 """The adapter reads real vLLM output, and the simulator speaks the same words.
 
 The fixtures in ``tests/fixtures/vllm/`` are lines a real ``vllm serve`` (0.32.0, CPU
-build) printed: one healthy start-up and refused configurations (see their README).
+build) printed: a healthy eager start-up, a compiled one cold and again with its compile
+cache, and refused configurations (see their README).
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from workers.engines import EngineAdapter, classify_failure, parse_startup_log
+from workers.contracts import BOOT_PHASES, PhaseTimings
+from workers.engines import EngineAdapter, boot_phases, classify_failure, parse_startup_log
 from workers.sim.config import (
     SIM_ENGINE_VERSION,
     EngineConfigError,
@@ -65,6 +67,72 @@ def test_current_gpu_wordings_are_read() -> None:
     assert facts["startup_phases_s"] == {
         "load_weights": 3.21, "model_loading": 4.012, "torch_compile": 20.15,
         "graph_capture": 12.0, "init_engine": 41.62, "compilation": 20.15}
+    # Init engine holds the compile and the graph capture: what is left of its 41.62 s
+    # is profiling and the KV cache; 60 s of boot leave 14.368 s to the server around it.
+    assert boot_phases(facts["startup_phases_s"], 60.0) == {
+        "boot_weights_s": 4.012, "boot_compile_s": 20.15, "boot_graph_capture_s": 12.0,
+        "boot_kv_cache_s": 9.47, "boot_server_ready_s": 14.368}
+
+
+# Boot wall seconds of the compiled fixtures, process start to /health (their README).
+COLD_BOOT_S, WARM_BOOT_S = 66.9, 41.9
+
+
+def test_a_compiled_cpu_boot_has_a_compile_phase_in_its_timings() -> None:
+    cold = parse_startup_log(fixture("startup_compiled.log"))["startup_phases_s"]
+    warm = parse_startup_log(fixture("startup_compiled_warm.log"))["startup_phases_s"]
+    # The CPU build prints no compile time: its warm-up lines' timestamps, 08:08:13 to
+    # 08:08:41, give it; "init engine … took 27.58 s" contains it.
+    assert cold == {"initialize_model": 0.093392, "compile_warmup": 28.0, "init_engine": 27.58}
+    timings = PhaseTimings(boot_s=COLD_BOOT_S, **boot_phases(cold, COLD_BOOT_S))
+    assert timings.boot_weights_s == 0.093392
+    assert timings.boot_compile_s == 27.58  # capped at the init engine that holds it
+    assert timings.boot_graph_capture_s is None  # no CUDA graphs on a CPU
+    assert timings.boot_kv_cache_s == 0.0
+    assert timings.boot_server_ready_s == 39.227
+    # Again with the same cache directories: vLLM 0.32's CPU build cannot load its AOT
+    # artifact ("Compiling model again due to a load failure") and compiles again, three
+    # times faster from the inductor cache.
+    assert "Compiling model again due to a load failure" in fixture("startup_compiled_warm.log")
+    assert warm["compile_warmup"] == 9.0
+    again = PhaseTimings(boot_s=WARM_BOOT_S, **boot_phases(warm, WARM_BOOT_S))
+    assert again.boot_compile_s is not None and timings.boot_compile_s is not None
+    assert 0 < again.boot_compile_s < timings.boot_compile_s
+    assert again.boot_kv_cache_s == 0.67 and again.boot_server_ready_s == 32.096
+
+
+def test_an_eager_boot_has_no_compile_phase() -> None:
+    phases = parse_startup_log(fixture("startup_healthy.log"))["startup_phases_s"]
+    split = boot_phases(phases, 45.0)
+    assert set(split) == set(BOOT_PHASES)
+    assert split["boot_compile_s"] is None and split["boot_graph_capture_s"] is None
+    assert split["boot_kv_cache_s"] == 0.62 and split["boot_weights_s"] == 0.14367
+    # Without a measured boot (it failed) the log's phases stay, the rest is unknown.
+    assert boot_phases(phases, None)["boot_server_ready_s"] is None
+    assert boot_phases(phases, None)["boot_kv_cache_s"] == 0.62
+
+
+@pytest.mark.parametrize(("line", "phase", "seconds"), [
+    # vllm/compilation/decorators.py, compiled without AOT.
+    ("(Worker pid=2) INFO 12-01 11:08:05 [monitor.py:61] torch.compile and initial "
+     "profiling/warmup run together took 31.20 s in total", "torch_compile", 31.2),
+    ("(Worker pid=2) INFO 12-01 11:08:05 [monitor.py:61] [backbone] torch.compile took "
+     "5.05 s in total", "torch_compile", 5.05),
+    # vllm/compilation/backends.py (0.32: "compile range"; older: "dynamic shape").
+    ("(Worker pid=2) INFO 12-01 11:08:01 [backends.py:295] [backbone] Directly load the "
+     "compiled graph(s) for compile range [1, 8192] from the cache, took 2.345 s",
+     "compile_cache_load", 2.345),
+    ("INFO 05-01 10:00:01 [backends.py:161] Directly load the compiled graph(s) for "
+     "dynamic shape from the cache, took 4.100 s", "compile_cache_load", 4.1),
+    # The CPU warm-up across midnight.
+    ("(Worker pid=2) INFO 12-01 23:59:58 [cpu_model_runner.py:87] Warming up model for the "
+     "compilation...\n(Worker pid=2) INFO 12-02 00:00:03 [cpu_model_runner.py:91] Warming "
+     "up done.", "compile_warmup", 5.0),
+])
+def test_compile_wordings_are_read(line: str, phase: str, seconds: float) -> None:
+    phases = parse_startup_log(line)["startup_phases_s"]
+    assert phases == {phase: seconds}
+    assert boot_phases(phases, None)["boot_compile_s"] == seconds
 
 
 def test_compilation_with_an_encoder_is_its_own_phase() -> None:
@@ -158,6 +226,12 @@ def test_simulator_startup_gives_the_same_facts_as_real_vllm() -> None:
         "startup_phases_s"]
     assert {"initialize_model", "load_weights", "model_loading", "graph_capture",
             "init_engine"} <= set(phases)
+    # Its init engine holds the graph capture as vLLM's does: one profiling second is left
+    # (give or take the capture's rounding to whole seconds, vLLM's "%.0f secs").
+    split = boot_phases(phases, None)
+    assert split["boot_graph_capture_s"] == phases["graph_capture"] > 0
+    assert split["boot_kv_cache_s"] == pytest.approx(1.0, abs=0.5)
+    assert split["boot_compile_s"] is None
 
 
 @pytest.mark.parametrize("spec", [
