@@ -2,7 +2,8 @@
 
 The report is read from a store holding a realistic finished sweep (virtual-time trials,
 an infeasible config, an OOM, confirm re-runs, cards: :mod:`tests.tuner.sweep_data`);
-the chart module is checked on small hand-made data, point by point.
+the chart module is checked on small hand-made data, point by point; where the trials'
+time went, on stored trials whose boots are split by phase and on an older row.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ from tuner.report import (
 )
 from tuner.report._render import render_markdown
 from tuner.report._svg import HEIGHT, MARGIN_BOTTOM, MARGIN_LEFT, MARGIN_RIGHT, MARGIN_TOP, WIDTH
+from tuner.spaces import load_space
 from tuner.store import Store
+from workers.contracts import PhaseTimings, TrialResult
 
 # --- the SVG chart module -------------------------------------------------------------------
 
@@ -239,3 +242,65 @@ def test_confirmation_repeats_kept_by_the_coordinator_count_for_the_winner() -> 
     assert confidence.objectives == (4.0, 3.8, 4.2)
     assert confidence.mean == pytest.approx(4.0)
     assert "confirmed: 3 runs" in confidence.summary()
+
+
+# --- utilisation: where the trials' time went -----------------------------------------------
+
+def _boot(boot: float, weights: float, compile_s: float, ready: float) -> PhaseTimings:
+    """A trial's timings as the pipeline stores them: 5 s each of graph capture and KV
+    cache, 10 s warm-up, 80 s measured, 5 s teardown, 5 s unaccounted for."""
+    return PhaseTimings(boot_s=boot, boot_weights_s=weights, boot_compile_s=compile_s,
+                        boot_graph_capture_s=5.0, boot_kv_cache_s=5.0,
+                        boot_server_ready_s=ready, warmup_s=10.0, measure_s=80.0,
+                        teardown_s=5.0, total_s=boot + 100.0)
+
+
+def test_utilisation_shows_each_boots_phases_and_the_sweeps_shares(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'slotune.db'}"
+    migrate.upgrade(url)
+    space = load_space("lab")
+    workload = space.resolve_workload()
+    with Store(url) as store:
+        sweep = store.create_sweep(
+            name="boots", workload=workload, slo=space.resolve_slo(),
+            space=space.model_dump(mode="json"), model=space.model, gpu=space.gpu,
+            strategy="grid", mode="goodput", budget={"max_trials": 2})
+        # A cold compile, then the same configuration from the compile cache.
+        for number, timings in enumerate([_boot(100.0, 10.0, 60.0, 20.0),
+                                          _boot(50.0, 10.0, 15.0, 15.0)]):
+            params = space.defaults()
+            spec = space.to_trial_spec(params, f"t{number}", workload=workload, mode="goodput")
+            trial = store.start_trial(sweep.id, number=number, params=params, spec=spec)
+            store.finish_trial(trial.id, TrialResult(trial_id=spec.trial_id, status="ok",
+                                                     objective=1.0, timings=timings))
+        md = render_report(store, sweep.id, "md")
+        html = render_report(store, sweep.id, "html")
+    # Each trial's compile seconds, beside its other phases …
+    assert "| # | attempt | status | weights s | compile s | graph capture s | KV cache s | " \
+           "server start-up s | boot s | warm-up + measure s | teardown s | total s |" in md
+    assert "| 0 | 1 | ok | 10 | 60 | 5 | 5 | 20 | 100 | 90 | 5 | 200 |" in md
+    assert "| 1 | 1 | ok | 10 | 15 | 5 | 5 | 15 | 50 | 90 | 5 | 150 |" in md
+    # … and the sweep's 350 s by part: compiling took 75 s of it.
+    assert "| boot: compile | 75 | 21.4% |" in md
+    assert "| warm-up + measure | 180 | 51.4% |" in md
+    assert "| other | 10 | 2.9% |" in md
+    assert "phases unknown" not in md
+    assert "<h2 id='utilisation'>Utilisation</h2>" in html
+    assert "<tr><td>boot: compile</td><td>75</td><td>21.4%</td></tr>" in html
+    assert "<td>0</td><td>1</td><td>ok</td><td>10</td><td>60</td>" in html
+
+
+def test_a_trial_stored_before_the_boot_split_reads_as_phases_unknown() -> None:
+    older = _trial(1, 64, 3.0, "decode").model_copy(update={"timings": {
+        "boot_s": 30.0, "warmup_s": 2.0, "measure_s": 58.0, "teardown_s": None,
+        "total_s": 90.0}})
+    newer = _trial(2, 128, 2.0, "decode").model_copy(update={
+        "timings": _boot(100.0, 10.0, 60.0, 20.0).model_dump(mode="json")})
+    report = analyse(_sweep(), [older, newer], [])
+    use = report.utilisation
+    assert use.unsplit == 1
+    assert use.seconds["boot_unsplit"] == 30.0 and use.seconds["boot_compile_s"] == 60.0
+    md = render_markdown(report)
+    assert "| 1 | 1 | ok | ? | ? | ? | ? | ? | 30 | 60 | — | 90 |" in md
+    assert "| boot: phases unknown | 30 | 10.3% |" in md  # of 290 s
+    assert "1 trial(s) were stored before boots were split by phase" in md

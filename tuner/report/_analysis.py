@@ -4,8 +4,9 @@
 :class:`SweepReport`: the winner and how sure we are of it, the command line that
 reproduces it, the binding constraint at the winner and the next step it implies, the
 curves (per knob, and the Pareto front of p99 latency against throughput), ties (DESIGN
-§3: when the rate no longer separates configurations) and the failures. The HTML and
-Markdown renderers only lay this out.
+§3: when the rate no longer separates configurations), the failures, and where the
+trials' time went (:class:`Utilisation`: each boot split by phase, measuring, teardown).
+The HTML and Markdown renderers only lay this out.
 """
 
 from __future__ import annotations
@@ -20,18 +21,22 @@ from typing import Any
 from tuner.db.records import BestConfig, CardRecord, SweepRecord, TrialRecord
 from tuner.progress import ConfirmedCandidate, SweepProgress, TwinProgress
 from tuner.strategies import NOISE_TOLERANCE, params_key, rank
-from workers.contracts import TrialResult
+from workers.contracts import BOOT_PHASES, TrialResult
 from workers.engines.vllm import vllm_command  # one definition: the adapter runs it
 from workers.loadgen.diagnosis import KNOBS
 
 __all__ = [
     "LATENCY_METRICS",
+    "UTILISATION_PARTS",
     "Confidence",
     "NextStep",
     "SweepReport",
     "TrialPoint",
+    "TrialTime",
+    "Utilisation",
     "analyse",
     "pareto_front",
+    "utilisation",
 ]
 
 LATENCY_METRICS: tuple[str, ...] = ("ttft", "tpot")
@@ -60,6 +65,9 @@ class TrialPoint:
     violated_rule: str | None
     quality: dict[str, Any] | None = None
     """The quality gate's verdict (a lossy configuration), as stored."""
+    timings: dict[str, Any] = field(default_factory=dict)
+    """Where the trial's time went (``PhaseTimings``), as stored; older rows lack the
+    boot phases."""
 
     def metric(self, name: str) -> float | None:
         value = self.metrics.get(name)
@@ -112,6 +120,77 @@ class NextStep:
     capacity_source: str | None = None
 
 
+UTILISATION_PARTS: tuple[str, ...] = (*BOOT_PHASES, "boot_unsplit", "measure", "teardown",
+                                      "other")
+"""What a sweep's trial time is split into: each boot phase, a boot stored without its
+phases, warm-up + measurement, teardown, and the rest (quality checks, the worker's own
+work)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TrialTime:
+    """Where one trial's time went, seconds (None: not recorded)."""
+
+    number: int
+    attempt: int
+    status: str
+    boot_s: float | None
+    boot_phases: dict[str, float | None]
+    """Each of ``BOOT_PHASES`` (None: the engine did not say); empty for a row stored
+    before boots were split by phase."""
+    measure_s: float | None
+    """Warm-up and measurement together."""
+    teardown_s: float | None
+    total_s: float | None
+
+    @property
+    def parts(self) -> dict[str, float]:
+        """This trial's seconds per :data:`UTILISATION_PARTS` entry; ``other`` is what the
+        total holds beyond the recorded phases (never negative)."""
+        parts = dict.fromkeys(UTILISATION_PARTS, 0.0)
+        if self.boot_phases:
+            parts.update({k: v or 0.0 for k, v in self.boot_phases.items()})
+        else:
+            parts["boot_unsplit"] = self.boot_s or 0.0
+        parts["measure"] = self.measure_s or 0.0
+        parts["teardown"] = self.teardown_s or 0.0
+        parts["other"] = max(0.0, (self.total_s or 0.0) - sum(parts.values()))
+        return parts
+
+
+@dataclass(frozen=True, slots=True)
+class Utilisation:
+    """Where a sweep's trial time went: per trial, and in total by part."""
+
+    trials: tuple[TrialTime, ...]
+    seconds: dict[str, float]
+    """Seconds per :data:`UTILISATION_PARTS` entry, over every trial."""
+
+    @property
+    def total_s(self) -> float:
+        return sum(self.seconds.values())
+
+    def share(self, part: str) -> float | None:
+        """``part``'s fraction of all trial time (None: no time was recorded)."""
+        total = self.total_s
+        return self.seconds[part] / total if total > 0 else None
+
+    @property
+    def unsplit(self) -> int:
+        """How many booted trials were stored without their boot's phases."""
+        return sum(1 for t in self.trials if t.boot_s is not None and not t.boot_phases)
+
+
+def utilisation(points: Sequence[TrialPoint]) -> Utilisation:
+    """Each trial's time from its stored timings, and the sweep's total by part."""
+    trials = tuple(_trial_time(t) for t in points)
+    seconds = dict.fromkeys(UTILISATION_PARTS, 0.0)
+    for t in trials:
+        for part, value in t.parts.items():
+            seconds[part] += value
+    return Utilisation(trials, seconds)
+
+
 @dataclass(frozen=True, slots=True)
 class SweepReport:
     sweep: SweepRecord
@@ -150,6 +229,10 @@ class SweepReport:
     @property
     def measured(self) -> tuple[TrialPoint, ...]:
         return tuple(t for t in self.trials if t.measured)
+
+    @property
+    def utilisation(self) -> Utilisation:
+        return utilisation(self.trials)
 
     def knob_points(self, knob: str, metric: str) -> list[tuple[Any, float]]:
         """(knob value, metric) of every measured trial that has both."""
@@ -264,7 +347,26 @@ def _point(trial: TrialRecord) -> TrialPoint:
         failure_message=result.get("failure_message"),
         violated_rule=result.get("violated_rule"),
         quality=result.get("quality"),
+        timings=dict(trial.timings or result.get("timings") or {}),
     )
+
+
+def _seconds(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+
+
+def _trial_time(t: TrialPoint) -> TrialTime:
+    timings = t.timings
+    warmup, measure = _seconds(timings.get("warmup_s")), _seconds(timings.get("measure_s"))
+    measuring = None if warmup is None and measure is None else (warmup or 0.0) + (measure or 0.0)
+    # A row stored before boots were split has none of the phase keys: its boot stays
+    # one unknown block rather than reading as "no compile, no weights".
+    phases = ({k: _seconds(timings.get(k)) for k in BOOT_PHASES}
+              if any(k in timings for k in BOOT_PHASES) else {})
+    return TrialTime(number=t.number, attempt=t.attempt, status=t.status,
+                     boot_s=_seconds(timings.get("boot_s")), boot_phases=phases,
+                     measure_s=measuring, teardown_s=_seconds(timings.get("teardown_s")),
+                     total_s=_seconds(timings.get("total_s")))
 
 
 def _as_result(t: TrialPoint) -> TrialResult:

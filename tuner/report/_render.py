@@ -2,7 +2,7 @@
 
 Both carry the same sections in the same order: winner and confidence, the command
 line, next step, ties, curves (charts in HTML, tables in Markdown), Pareto front,
-experiment cards, failures, every trial.
+experiment cards, failures, utilisation (where the trials' time went), every trial.
 """
 
 from __future__ import annotations
@@ -15,8 +15,15 @@ from typing import Any
 
 from tuner.db.records import CardRecord
 from tuner.progress import TwinProgress
-from tuner.report._analysis import LATENCY_METRICS, SweepReport, TrialPoint
+from tuner.report._analysis import (
+    LATENCY_METRICS,
+    UTILISATION_PARTS,
+    SweepReport,
+    TrialPoint,
+    Utilisation,
+)
 from tuner.report._svg import Chart, RefLine, Series, render_chart
+from workers.contracts import BOOT_PHASES
 
 __all__ = ["charts", "render_html", "render_markdown"]
 
@@ -130,6 +137,12 @@ def render_html(report: SweepReport) -> str:
         parts.append(_html_table(*_twin_ranking(report.twin)))
     parts.append("<h2 id='failures'>Failures</h2>")
     parts.append(_html_failures(report))
+    use = report.utilisation
+    parts.append("<h2 id='utilisation'>Utilisation</h2>")
+    parts += [f"<p>{e(line)}</p>" for line in _utilisation_lines(use)]
+    parts.append(_html_table(*_utilisation_shares(use)))
+    parts.append("<h3>Per trial</h3>")
+    parts.append(_html_table(*_utilisation_trials(use)))
     parts.append("<h2 id='trials'>Trials</h2>")
     parts.append(_html_table(*_trial_rows(report)))
     parts.append("</body></html>")
@@ -352,6 +365,10 @@ def render_markdown(report: SweepReport) -> str:
     if report.infeasible_rules:
         lines += [_md_table(["infeasible: rule broken", "trials"],
                             sorted(report.infeasible_rules.items())), ""]
+    use = report.utilisation
+    lines += ["## Utilisation", "", *(f"{line}  " for line in _utilisation_lines(use)), "",
+              _md_table(*_utilisation_shares(use)), "", "### Per trial", "",
+              _md_table(*_utilisation_trials(use)), ""]
     lines += ["## Trials", "", _md_table(*_trial_rows(report)), ""]
     return "\n".join(lines)
 
@@ -399,6 +416,45 @@ def _md_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 
 # --- shared ---------------------------------------------------------------------------------
+
+_PARTS = {"boot_weights_s": "boot: weights", "boot_compile_s": "boot: compile",
+          "boot_graph_capture_s": "boot: graph capture", "boot_kv_cache_s": "boot: KV cache",
+          "boot_server_ready_s": "boot: server start-up", "boot_unsplit": "boot: phases unknown",
+          "measure": "warm-up + measure", "teardown": "teardown", "other": "other"}
+"""How the report names each of ``UTILISATION_PARTS``."""
+
+
+def _utilisation_lines(use: Utilisation) -> list[str]:
+    lines = [f"{use.total_s:.0f} s of trial time over {len(use.trials)} trials: each boot "
+             "split by what the engine's start-up log said (weights, compile, graph capture, "
+             "KV cache, and the server around them until /health answered)."]
+    if use.unsplit:
+        lines.append(f"{use.unsplit} trial(s) were stored before boots were split by phase: "
+                     "their boot counts as 'boot: phases unknown' (shown '?').")
+    return lines
+
+
+def _utilisation_shares(use: Utilisation) -> tuple[list[str], list[list[str]]]:
+    rows = []
+    for part in UTILISATION_PARTS:
+        if part == "boot_unsplit" and not use.seconds[part]:
+            continue
+        share = use.share(part)
+        rows.append([_PARTS[part], _num(use.seconds[part]),
+                     "—" if share is None else f"{100 * share:.1f}%"])
+    return ["part", "seconds", "share of trial time"], rows
+
+
+def _utilisation_trials(use: Utilisation) -> tuple[list[str], list[list[Any]]]:
+    headers = ["#", "attempt", "status", *(f"{_PARTS[p].removeprefix('boot: ')} s"
+                                           for p in BOOT_PHASES),
+               "boot s", "warm-up + measure s", "teardown s", "total s"]
+    rows = []
+    for t in use.trials:
+        split = [_num(t.boot_phases.get(p)) if t.boot_phases else "?" for p in BOOT_PHASES]
+        rows.append([t.number, t.attempt, t.status, *split, _num(t.boot_s), _num(t.measure_s),
+                     _num(t.teardown_s), _num(t.total_s)])
+    return headers, rows
 
 def _trial_rows(report: SweepReport) -> tuple[list[str], list[list[Any]]]:
     headers = ["#", "attempt", "status", *report.knobs, "objective", "goodput",
