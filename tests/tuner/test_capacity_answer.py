@@ -98,7 +98,8 @@ def test_the_main_job_answers_capacity_replicas_and_cost_for_the_seeds_rate(
     # The first trial searches from the workload's 20 req/s; later ones from the best
     # rate so far (scaled to their GPUs), in smaller steps.
     specs = [json.loads(r["spec"]) for r in _rows(
-        db, "SELECT spec FROM sweep_trials WHERE spec IS NOT NULL ORDER BY id")]
+        db, "SELECT spec FROM sweep_trials WHERE spec IS NOT NULL AND role = 'search' "
+            "ORDER BY id")]
     assert specs[0]["capacity"]["start_rate"] is None
     assert all(s["capacity"]["start_rate"] and s["capacity"]["step"] == WARM_STEP
                for s in specs[1:])
@@ -108,7 +109,7 @@ def test_a_70b_tp_248_grid_picks_the_best_capacity_per_gpu(tmp_path: Path) -> No
     db = _sweep(tmp_path, LLAMA_70B_TP, "--strategy", "grid", "--trials", "12",
                 "--confirm-top", "2", "--confirm-repeats", "2")
     trials = _rows(db, "SELECT id, config, capacity, gpus, objective, result FROM sweep_trials "
-                       "WHERE status = 'ok' AND capacity > 0")
+                       "WHERE status = 'ok' AND capacity > 0 AND role = 'search'")
     assert {json.loads(t["config"])["tensor_parallel_size"] for t in trials} == {2, 4, 8}
     for t in trials:  # the objective is per GPU; the per-replica capacity is kept
         gpus = replica_gpus(json.loads(t["config"]))
@@ -135,7 +136,7 @@ def test_the_shipped_h200_tp_space_ranks_per_gpu(tmp_path: Path) -> None:
     db = _sweep(tmp_path, "h200-tp", "--strategy", "tpe", "--trials", "10", "--seed", "3",
                 "--confirm-top", "0")
     trials = _rows(db, "SELECT capacity, gpus FROM sweep_trials "
-                       "WHERE status = 'ok' AND capacity > 0")
+                       "WHERE status = 'ok' AND capacity > 0 AND role = 'search'")
     assert {t["gpus"] for t in trials} >= {2}
     [row] = _rows(db, "SELECT * FROM best_config_per_workload")
     assert row["capacity_per_gpu"] == pytest.approx(max(t["capacity"] / t["gpus"]

@@ -8,10 +8,11 @@ import httpx
 import pytest
 
 from tests.tuner.api.conftest import ClientFactory
-from tests.tuner.api.data import WRITE, measure, queue
+from tests.tuner.api.data import WRITE, measure, queue, result
 from tests.tuner.coordinator.test_coordinator import TP_SPACE
 from tuner.api.routes import dashboard
 from tuner.store import Store
+from workers.contracts import SLO, TrialSpec, Workload
 
 
 @pytest.mark.parametrize("backend", ["postgres", "sqlite"], indirect=True)
@@ -77,6 +78,28 @@ async def test_trials_carry_the_compact_metrics(client: httpx.AsyncClient, store
     ok = (await client.get(f"/api/v1/sweeps/{sweep['id']}/trials",
                            params={"status": "ok", "offset": 1, "limit": 5})).json()
     assert ok["count"] == 2 and [t["number"] for t in ok["data"]] == [1]
+
+
+async def test_repeats_and_baselines_are_rows_a_client_can_tell_apart(
+        client: httpx.AsyncClient, store: Store) -> None:
+    sweep = await queue(client)
+    first = measure(store, sweep["id"], 0, {"max_num_seqs": 128}, 3.96)
+    spec = TrialSpec(trial_id="r", model="Qwen/Qwen2.5-7B-Instruct", knobs={"max_num_seqs": 128},
+                     workload=Workload(name="w"), slo=SLO(ttft=300, tpot=50))
+    store.record_trial(sweep["id"], role="repeat", number=0, repeat=1, repeat_of=first,
+                       params={"max_num_seqs": 128}, spec=spec, result=result(3.5))
+    store.record_trial(sweep["id"], role="baseline", number=0, params={}, spec=spec,
+                       result=result(0.0))
+
+    every = (await client.get(f"/api/v1/sweeps/{sweep['id']}/trials")).json()
+    assert [(t["role"], t["repeat"], t["repeat_of"]) for t in every["data"]] == [
+        ("search", 0, None), ("repeat", 1, first), ("baseline", 0, None)]
+    assert every["data"][1]["metrics"]["request_goodput"] == 3.5
+    search = (await client.get(f"/api/v1/sweeps/{sweep['id']}/trials",
+                               params={"role": "search"})).json()
+    assert search["count"] == 1 and search["data"][0]["id"] == first
+    bad = await client.get(f"/api/v1/sweeps/{sweep['id']}/trials", params={"role": "rerun"})
+    assert bad.status_code == 422 and "search" in bad.text
 
 
 async def test_cards(client: httpx.AsyncClient, store: Store) -> None:

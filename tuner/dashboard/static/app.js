@@ -395,11 +395,13 @@
     replace("cards", box);
   }
 
-  /* Every trial of the sweep, page by page (the API gives at most 500 at a time). */
+  /* Every configuration the sweep searched, page by page (the API gives at most 500 at a
+     time); its confirmation repeats and quality baseline are rows of their own, not
+     configurations, and stay out of the curves and the best-so-far. */
   function allTrials(id) {
     var out = [];
     function page(offset) {
-      return getJSON("/sweeps/" + id + "/trials?limit=500&offset=" + offset).then(function (body) {
+      return getJSON("/sweeps/" + id + "/trials?role=search&limit=500&offset=" + offset).then(function (body) {
         out = out.concat(body.data);
         return body.data.length && out.length < body.count ? page(out.length) : out;
       });
