@@ -24,6 +24,7 @@ from tuner.report import (
     RefLine,
     Series,
     analyse,
+    build_report,
     nice_ticks,
     pareto_front,
     render_chart,
@@ -265,21 +266,27 @@ def test_utilisation_shows_each_boots_phases_and_the_sweeps_shares(tmp_path: Pat
             name="boots", workload=workload, slo=space.resolve_slo(),
             space=space.model_dump(mode="json"), model=space.model, gpu=space.gpu,
             strategy="grid", mode="goodput", budget={"max_trials": 2})
-        # A cold compile, then the same configuration from the compile cache.
-        for number, timings in enumerate([_boot(100.0, 10.0, 60.0, 20.0),
-                                          _boot(50.0, 10.0, 15.0, 15.0)]):
-            params = space.defaults()
-            spec = space.to_trial_spec(params, f"t{number}", workload=workload, mode="goodput")
-            trial = store.start_trial(sweep.id, number=number, params=params, spec=spec)
-            store.finish_trial(trial.id, TrialResult(trial_id=spec.trial_id, status="ok",
-                                                     objective=1.0, timings=timings))
+        # A cold compile, then its confirmation repeat from the compile cache.
+        params = space.defaults()
+        spec = space.to_trial_spec(params, "t0", workload=workload, mode="goodput")
+        trial = store.start_trial(sweep.id, number=0, params=params, spec=spec)
+        store.finish_trial(trial.id, TrialResult(trial_id="t0", status="ok", objective=1.0,
+                                                 timings=_boot(100.0, 10.0, 60.0, 20.0)))
+        store.record_trial(sweep.id, role="repeat", number=0, repeat=1, repeat_of=trial.id,
+                           params=params, spec=spec, result=TrialResult(
+                               trial_id="t0-r1", status="ok", objective=1.0,
+                               timings=_boot(50.0, 10.0, 15.0, 15.0)))
         md = render_report(store, sweep.id, "md")
         html = render_report(store, sweep.id, "html")
-    # Each trial's compile seconds, beside its other phases …
-    assert "| # | attempt | status | weights s | compile s | graph capture s | KV cache s | " \
+        report = build_report(store, sweep.id)
+    # The trials the sweep searched are one configuration, measured once; its boots, two.
+    assert [t.label for t in report.trials] == ["#0"]
+    assert [t.label for t in report.boots] == ["#0", "#0 repeat 1"]
+    # Each boot's compile seconds, beside its other phases: the repeat's are its own …
+    assert "| boot | attempt | status | weights s | compile s | graph capture s | KV cache s | " \
            "server start-up s | boot s | warm-up + measure s | teardown s | total s |" in md
-    assert "| 0 | 1 | ok | 10 | 60 | 5 | 5 | 20 | 100 | 90 | 5 | 200 |" in md
-    assert "| 1 | 1 | ok | 10 | 15 | 5 | 5 | 15 | 50 | 90 | 5 | 150 |" in md
+    assert "| #0 | 1 | ok | 10 | 60 | 5 | 5 | 20 | 100 | 90 | 5 | 200 |" in md
+    assert "| #0 repeat 1 | 1 | ok | 10 | 15 | 5 | 5 | 15 | 50 | 90 | 5 | 150 |" in md
     # … and the sweep's 350 s by part: compiling took 75 s of it.
     assert "| boot: compile | 75 | 21.4% |" in md
     assert "| warm-up + measure | 180 | 51.4% |" in md
@@ -287,7 +294,7 @@ def test_utilisation_shows_each_boots_phases_and_the_sweeps_shares(tmp_path: Pat
     assert "phases unknown" not in md
     assert "<h2 id='utilisation'>Utilisation</h2>" in html
     assert "<tr><td>boot: compile</td><td>75</td><td>21.4%</td></tr>" in html
-    assert "<td>0</td><td>1</td><td>ok</td><td>10</td><td>60</td>" in html
+    assert "<td>#0</td><td>1</td><td>ok</td><td>10</td><td>60</td>" in html
 
 
 def test_a_trial_stored_before_the_boot_split_reads_as_phases_unknown() -> None:
@@ -301,6 +308,6 @@ def test_a_trial_stored_before_the_boot_split_reads_as_phases_unknown() -> None:
     assert use.unsplit == 1
     assert use.seconds["boot_unsplit"] == 30.0 and use.seconds["boot_compile_s"] == 60.0
     md = render_markdown(report)
-    assert "| 1 | 1 | ok | ? | ? | ? | ? | ? | 30 | 60 | — | 90 |" in md
+    assert "| #1 | 1 | ok | ? | ? | ? | ? | ? | 30 | 60 | — | 90 |" in md
     assert "| boot: phases unknown | 30 | 10.3% |" in md  # of 290 s
     assert "1 trial(s) were stored before boots were split by phase" in md

@@ -68,6 +68,19 @@ class TrialPoint:
     timings: dict[str, Any] = field(default_factory=dict)
     """Where the trial's time went (``PhaseTimings``), as stored; older rows lack the
     boot phases."""
+    role: str = "search"
+    """``search``, ``repeat`` (a confirmation re-run) or ``baseline`` (the quality
+    baseline): only search rows are configurations of the sweep."""
+    repeat: int = 0
+
+    @property
+    def label(self) -> str:
+        """How the report names this boot: ``#3``, ``#3 repeat 1``, ``baseline 0``."""
+        if self.role == "repeat":
+            return f"#{self.number} repeat {self.repeat}"
+        if self.role == "baseline":
+            return f"baseline {self.number}"
+        return f"#{self.number}"
 
     def metric(self, name: str) -> float | None:
         value = self.metrics.get(name)
@@ -131,7 +144,8 @@ work)."""
 class TrialTime:
     """Where one trial's time went, seconds (None: not recorded)."""
 
-    number: int
+    label: str
+    """Which boot (:attr:`TrialPoint.label`)."""
     attempt: int
     status: str
     boot_s: float | None
@@ -195,6 +209,7 @@ def utilisation(points: Sequence[TrialPoint]) -> Utilisation:
 class SweepReport:
     sweep: SweepRecord
     trials: tuple[TrialPoint, ...]
+    """The configurations the sweep searched (one row per attempt)."""
     cards: tuple[CardRecord, ...]
     knobs: tuple[str, ...]
     winner: TrialPoint | None
@@ -220,6 +235,9 @@ class SweepReport:
     """Lossy values scored unchecked (``--allow-lossy``)."""
     twin: TwinProgress | None = None
     """A twin sweep's screening, calibration and predicted-against-measured calls."""
+    boots: tuple[TrialPoint, ...] = ()
+    """Every boot the sweep paid for: its trials, their confirmation repeats and its
+    quality baseline (what the utilisation is of)."""
 
     @property
     def quality_checked(self) -> tuple[TrialPoint, ...]:
@@ -232,7 +250,7 @@ class SweepReport:
 
     @property
     def utilisation(self) -> Utilisation:
-        return utilisation(self.trials)
+        return utilisation(self.boots or self.trials)
 
     def knob_points(self, knob: str, metric: str) -> list[tuple[Any, float]]:
         """(knob value, metric) of every measured trial that has both."""
@@ -275,8 +293,10 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[tuple[float, flo
 def analyse(sweep: SweepRecord, trials: Sequence[TrialRecord], cards: Sequence[CardRecord],
             *, workload_spec: Mapping[str, Any] | None = None,
             best_rows: Sequence[BestConfig] = (), answer: str | None = None) -> SweepReport:
-    """Everything the report says about ``sweep``."""
-    points = tuple(_point(t) for t in trials)
+    """Everything the report says about ``sweep`` (``trials``: every row of the sweep;
+    only search rows are configurations, the others count in the utilisation)."""
+    boots = tuple(_point(t) for t in trials)
+    points = tuple(p for p in boots if p.role == "search")
     measured = [t for t in points if t.measured]
     winner = _winner(measured)
     knobs = _knobs(sweep, points)
@@ -316,7 +336,7 @@ def analyse(sweep: SweepRecord, trials: Sequence[TrialRecord], cards: Sequence[C
         failure_counts=dict(failure_counts), infeasible_rules=dict(rules),
         failure_examples=examples, answer=answer,
         allow_lossy=bool((sweep.space.get("quality") or {}).get("allow_lossy")),
-        twin=SweepProgress.of(sweep.progress).twin,
+        twin=SweepProgress.of(sweep.progress).twin, boots=boots,
     )
 
 
@@ -348,6 +368,7 @@ def _point(trial: TrialRecord) -> TrialPoint:
         violated_rule=result.get("violated_rule"),
         quality=result.get("quality"),
         timings=dict(trial.timings or result.get("timings") or {}),
+        role=trial.role, repeat=trial.repeat,
     )
 
 
@@ -363,7 +384,7 @@ def _trial_time(t: TrialPoint) -> TrialTime:
     # one unknown block rather than reading as "no compile, no weights".
     phases = ({k: _seconds(timings.get(k)) for k in BOOT_PHASES}
               if any(k in timings for k in BOOT_PHASES) else {})
-    return TrialTime(number=t.number, attempt=t.attempt, status=t.status,
+    return TrialTime(label=t.label, attempt=t.attempt, status=t.status,
                      boot_s=_seconds(timings.get("boot_s")), boot_phases=phases,
                      measure_s=measuring, teardown_s=_seconds(timings.get("teardown_s")),
                      total_s=_seconds(timings.get("total_s")))

@@ -425,9 +425,10 @@ _PARTS = {"boot_weights_s": "boot: weights", "boot_compile_s": "boot: compile",
 
 
 def _utilisation_lines(use: Utilisation) -> list[str]:
-    lines = [f"{use.total_s:.0f} s of trial time over {len(use.trials)} trials: each boot "
-             "split by what the engine's start-up log said (weights, compile, graph capture, "
-             "KV cache, and the server around them until /health answered)."]
+    lines = [f"{use.total_s:.0f} s of trial time over {len(use.trials)} boots (trials, "
+             "confirmation repeats and the quality baseline): each boot split by what the "
+             "engine's start-up log said (weights, compile, graph capture, KV cache, and the "
+             "server around them until /health answered)."]
     if use.unsplit:
         lines.append(f"{use.unsplit} trial(s) were stored before boots were split by phase: "
                      "their boot counts as 'boot: phases unknown' (shown '?').")
@@ -446,13 +447,13 @@ def _utilisation_shares(use: Utilisation) -> tuple[list[str], list[list[str]]]:
 
 
 def _utilisation_trials(use: Utilisation) -> tuple[list[str], list[list[Any]]]:
-    headers = ["#", "attempt", "status", *(f"{_PARTS[p].removeprefix('boot: ')} s"
-                                           for p in BOOT_PHASES),
+    headers = ["boot", "attempt", "status", *(f"{_PARTS[p].removeprefix('boot: ')} s"
+                                              for p in BOOT_PHASES),
                "boot s", "warm-up + measure s", "teardown s", "total s"]
     rows = []
     for t in use.trials:
         split = [_num(t.boot_phases.get(p)) if t.boot_phases else "?" for p in BOOT_PHASES]
-        rows.append([t.number, t.attempt, t.status, *split, _num(t.boot_s), _num(t.measure_s),
+        rows.append([t.label, t.attempt, t.status, *split, _num(t.boot_s), _num(t.measure_s),
                      _num(t.teardown_s), _num(t.total_s)])
     return headers, rows
 
