@@ -688,8 +688,9 @@ _R = TypeVar("_R")
 
 
 def _result_values(result: TrialResult) -> dict[str, Any]:
-    """The columns a finished trial's result fills."""
-    return {
+    """The columns a finished trial's result fills (``node`` only when the result knows
+    where it ran: a lost worker's result never blanks the row's node)."""
+    values: dict[str, Any] = {
         "status": result.status,
         "failure_class": result.failure,
         "objective": result.objective,
@@ -702,6 +703,9 @@ def _result_values(result: TrialResult) -> dict[str, Any]:
         "model_revision": result.engine.model_revision,
         "headroom": result.headroom,
     }
+    if result.node is not None:
+        values["node"] = result.node
+    return values
 
 
 def _again_on_conflict(write: Callable[[], _R]) -> _R:

@@ -748,6 +748,9 @@ class TrialResult(_Strict):
     golden_answers: tuple[tuple[int, ...], ...] | None = None
     """For a quality baseline (``TrialSpec.golden_reference``): its greedy answers to the
     golden prompts, in token ids."""
+    node: str | None = None
+    """The Ray node id the trial ran on, set by the Ray task (None elsewhere, and for a
+    ``worker_lost`` result): where the model's weights are now warm."""
 
     @model_validator(mode="after")
     def _failure_needs_a_class(self) -> TrialResult:

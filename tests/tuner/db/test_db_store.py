@@ -170,6 +170,20 @@ def test_trial_lifecycle_keeps_the_whole_result(store: Store) -> None:
         store.start_trial(10_000, number=0, params={})
 
 
+def test_a_finished_trial_keeps_the_node_its_result_names(store: Store) -> None:
+    sweep = _sweep(store)
+    ran = store.start_trial(sweep.id, number=0, params={"n": 0})
+    assert ran.node is None
+    assert store.finish_trial(ran.id, _ok(3.0, node="ray-node-a")).node == "ray-node-a"
+    # A lost worker's result does not know where it ran: the row keeps what it had.
+    lost = store.start_trial(sweep.id, number=1, params={"n": 1}, node="gpu-node-3")
+    record = store.finish_trial(lost.id, TrialResult(
+        trial_id="t", status="failed", failure="worker_lost"))
+    assert record.node == "gpu-node-3"
+    assert {t.number: t.node for t in store.list_trials(sweep.id).data} == {
+        0: "ray-node-a", 1: "gpu-node-3"}
+
+
 def test_duplicate_trial_attempt_is_a_conflict(store: Store) -> None:
     sweep = _sweep(store)
     store.start_trial(sweep.id, number=3, params={"a": 1})
