@@ -22,6 +22,12 @@ node types). A trial bigger than that would wait in Ray's queue forever.
   :data:`HEAD_LOST_AFTER_S`, every call raises :class:`ExecutorLost` (Ray itself would
   say nothing for a minute and then end the process from its core worker). Every call
   that talks to the head runs through :meth:`_HeadWatch.ask`, so none blocks on a dead one.
+  It remembers, per model and GPU type, the node of the last trial that finished there
+  (any result that names its node: ok, or failed after booting), and submits the next
+  trial of that model to prefer that node while it has the GPUs free — the weights are
+  in its page cache — and to go anywhere else at once when it has not
+  (:func:`workers.ray_worker.trial_options`). Which trial goes next is not its concern:
+  that stays the coordinator's (fair share); the preference only changes where.
 * :class:`VirtualExecutor` — trials of the simulated engine in virtual time, in this
   process (search logic, benchmarks, quick demos): milliseconds per trial.
 """
@@ -157,6 +163,8 @@ class RayExecutor(TrialExecutor):
                          include_dashboard=False, log_to_driver=False,
                          configure_logging=False)
         self._specs: dict[Handle, TrialSpec] = {}
+        self._warm: dict[tuple[str, str], str] = {}
+        """(model, GPU type) → the Ray node that last finished a trial of it."""
         self._lock = threading.Lock()
         self._local = not address
         self._largest: tuple[float, Largest] | None = None
@@ -170,7 +178,9 @@ class RayExecutor(TrialExecutor):
         from workers.ray_worker import submit_trial
 
         self.check()
-        ref: Handle = self._head.ask(lambda: submit_trial(spec))
+        with self._lock:
+            warm_node = self._warm.get(_warm_key(spec))
+        ref: Handle = self._head.ask(lambda: submit_trial(spec, prefer_node=warm_node))
         with self._lock:
             self._specs[ref] = spec
         return ref
@@ -188,7 +198,11 @@ class RayExecutor(TrialExecutor):
         for ref in ready:
             with self._lock:
                 spec = self._specs.pop(ref)
-            out.append((ref, self._head.ask(functools.partial(collect_trial, ref, spec))))
+            result: TrialResult = self._head.ask(functools.partial(collect_trial, ref, spec))
+            if result.node is not None:
+                with self._lock:
+                    self._warm[_warm_key(spec)] = result.node
+            out.append((ref, result))
         return out
 
     def capacity(self) -> int:
@@ -241,6 +255,11 @@ class RayExecutor(TrialExecutor):
     def shutdown(self) -> None:
         self._head.stop()
         self._ray.shutdown()  # with the head lost, Ray's own disconnect takes a few seconds
+
+
+def _warm_key(spec: TrialSpec) -> tuple[str, str]:
+    """Trials that read the same weights onto the same kind of device."""
+    return spec.model, "cpu" if spec.device == "cpu" else spec.gpu
 
 
 class _HeadWatch:

@@ -28,6 +28,17 @@ among them — gets plain ``num_gpus`` requests, as before. That is read from
 again at most every :data:`RECHECK_S` seconds, so typed workers that join after the
 coordinator started are still used.
 
+**A model's weights stay warm.** A trial's boot reads the model's weights (tens to
+hundreds of GB on a real cluster); the node that just ran a trial of the same model has
+them in its page cache. The result says which node ran the trial (``TrialResult.node``,
+the Ray node id), and ``trial_options(spec, prefer_node=…)`` asks Ray to prefer that node
+with a soft ``NodeAffinitySchedulingStrategy`` that *spills*: when the node has no free
+GPUs (of the trial's type) or is gone, the trial goes wherever Ray would have put it, at
+once — it never waits for the warm node. The preference only picks among the nodes the
+trial's resources allow. Which node is warm for which model is the executor's memory
+(:class:`tuner.executors.RayExecutor`); a Ray without the spilling option gets no
+preference at all (plain soft affinity would make a trial wait for a busy node).
+
 **Logs travel in the result**, not on the node's disk: each trial runs in a temporary
 directory removed after it, and the engine's log comes back as a capped excerpt
 (:func:`log_excerpt`: the start-up lines and the last lines, secrets redacted) in
@@ -38,6 +49,8 @@ there. The start-up facts the engine printed (KV capacity, phases, version) are 
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 import os
 import shutil
@@ -57,6 +70,7 @@ from ray.exceptions import (
     TaskCancelledError,
     WorkerCrashedError,
 )
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from workers.contracts import PhaseTimings, TrialResult, TrialSpec
 from workers.engines import adapter_for
@@ -103,12 +117,13 @@ def run_trial_task(spec_json: str) -> str:
     workdir = Path(tempfile.mkdtemp(prefix=f"slotune-{_safe(spec.trial_id)}-"))
     try:
         result = run_trial(spec, gpu_ids=gpu_ids, workdir=workdir)
+        update: dict[str, Any] = {"node": ray.get_runtime_context().get_node_id()}
         if result.log_tail is None:
             excerpt = log_excerpt(workdir / "engine.log",
                                   redact=lambda text: redact_log(text, spec))
             if excerpt:
-                result = result.model_copy(update={"log_tail": excerpt})
-        return result.model_dump_json()
+                update["log_tail"] = excerpt
+        return result.model_copy(update=update).model_dump_json()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -116,29 +131,37 @@ def run_trial_task(spec_json: str) -> str:
 _trial_task = ray.remote(max_retries=0)(run_trial_task)
 
 
-def trial_options(spec: TrialSpec) -> dict[str, Any]:
-    """The Ray task options of a trial: its GPUs, and their type on a typed cluster."""
+def trial_options(spec: TrialSpec, prefer_node: str | None = None) -> dict[str, Any]:
+    """The Ray task options of a trial: its GPUs, their type on a typed cluster, and
+    ``prefer_node`` (a Ray node id, where its model's weights are warm) when that node has
+    them free — see the module docstring."""
     # Retries are the coordinator's decision (it re-enqueues lost trials), not Ray's.
     options: dict[str, Any] = {"num_gpus": spec.gpus,
                                "name": f"slotune-trial-{spec.trial_id}"}
     if spec.device == "cpu":
         # vLLM's CPU build: one core per tensor-parallel rank, and no GPU at all.
         options.update(num_gpus=0, num_cpus=spec.gpus)
-        return options
-    resources = trial_resources(spec) if uses_gpu_types() else {}
-    if resources:
-        options["resources"] = resources
+    else:
+        resources = trial_resources(spec) if uses_gpu_types() else {}
+        if resources:
+            options["resources"] = resources
+    strategy = _prefer(prefer_node) if prefer_node else None
+    if strategy is not None:
+        options["scheduling_strategy"] = strategy
     return options
 
 
-def submit_trial(spec: TrialSpec) -> ray.ObjectRef[str]:
-    """Schedule a trial on a worker with ``spec.gpus`` GPUs (of its type) free."""
-    return _trial_task.options(**trial_options(spec)).remote(spec.model_dump_json())
+def submit_trial(spec: TrialSpec, prefer_node: str | None = None) -> ray.ObjectRef[str]:
+    """Schedule a trial on a worker with ``spec.gpus`` GPUs (of its type) free, on
+    ``prefer_node`` when that one has them."""
+    return _trial_task.options(**trial_options(spec, prefer_node)).remote(
+        spec.model_dump_json())
 
 
 def collect_trial(ref: ray.ObjectRef[str], spec: TrialSpec, *,
                   timeout_s: float | None = None) -> TrialResult:
-    """The trial's result; a lost worker, node or object becomes ``worker_lost``."""
+    """The trial's result; a lost worker, node or object becomes ``worker_lost`` (with no
+    node: where it ran is not known)."""
     started = time.perf_counter()
     try:
         return TrialResult.model_validate_json(ray.get(ref, timeout=timeout_s))
@@ -240,6 +263,25 @@ def uses_gpu_types() -> bool:
         log.info("cluster advertises GPU types: %s",
                  sorted(k for k in resources if k.startswith(GPU_TYPE_PREFIX)))
     return typed
+
+
+def _prefer(node_id: str) -> NodeAffinitySchedulingStrategy | None:
+    """Ray's "this node if it has the resources free now, else anywhere" strategy; None
+    on a Ray without ``_spill_on_unavailable`` (there a soft affinity waits for a busy
+    node, which would hold a trial back for the sake of a faster boot)."""
+    if not _can_spill():
+        return None
+    return NodeAffinitySchedulingStrategy(node_id, soft=True, _spill_on_unavailable=True)
+
+
+@functools.cache
+def _can_spill() -> bool:
+    parameters = inspect.signature(NodeAffinitySchedulingStrategy).parameters
+    if "_spill_on_unavailable" in parameters:
+        return True
+    log.info("this Ray (%s) cannot spill a node affinity: trials are not steered to the "
+             "node where their model's weights are warm", ray.__version__)
+    return False
 
 
 def _safe(text: str) -> str:

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from workers.contracts import SLO, TrialSpec, Workload
 from workers.ray_worker import (
@@ -78,3 +79,16 @@ def test_cpu_trials_ask_ray_for_cpus_not_gpus() -> None:
     options = trial_options(spec)
     assert options["num_gpus"] == 0 and options["num_cpus"] == 2
     assert gpu_type_resource(spec, {"cpu": "cpu"}) is None
+
+
+def test_a_warm_node_is_preferred_only_while_it_has_room() -> None:
+    spec = TrialSpec(trial_id="c", engine="vllm", model="m", device="cpu",
+                     workload=Workload(), slo=SLO(ttft=1))
+    assert "scheduling_strategy" not in trial_options(spec)
+    node = "ab" * 28  # a Ray node id: 28 bytes, hex
+    strategy = trial_options(spec, prefer_node=node)["scheduling_strategy"]
+    assert isinstance(strategy, NodeAffinitySchedulingStrategy)
+    # soft alone would wait for a busy node; spilling sends the trial elsewhere at once.
+    assert (strategy.node_id, strategy.soft, strategy._spill_on_unavailable) == (
+        node, True, True)
+    assert trial_options(spec, prefer_node=node)["num_cpus"] == 1  # resources unchanged

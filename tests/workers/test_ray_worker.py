@@ -58,6 +58,8 @@ def test_four_trials_run_in_parallel_each_on_its_own_gpu(ray_cluster: None) -> N
     ends = [r.timings.finished_at for r in results]
     assert all(starts) and all(ends)
     assert max(starts) < min(ends)  # type: ignore[type-var] - all four were running at once
+    # Each result names the node it ran on: this local Ray's one node.
+    assert {r.node for r in results} == {ray.get_runtime_context().get_node_id()}
     for s in specs:
         assert engine_pids(s.trial_id) == []
 
@@ -85,6 +87,7 @@ def test_a_lost_worker_is_a_worker_lost_result_and_leaves_no_engine(ray_cluster:
     os.kill(parent, signal.SIGKILL)
     result = collect_trial(ref, s, timeout_s=60)
     assert (result.status, result.failure) == ("failed", "worker_lost")
+    assert result.node is None  # where it ran is not known: the row keeps what it had
     deadline = time.monotonic() + 10
     while engine_pids(s.trial_id) and time.monotonic() < deadline:
         time.sleep(0.1)
