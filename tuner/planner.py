@@ -216,8 +216,10 @@ def plan_capacity(
               if (model is None or s.model == model) and (gpu is None or s.gpu == gpu)]
     asked = _describe(workload, model, gpu, slo)
     every = [_measurement(s, t) for s in sweeps
-             for t in store.list_trials(s.id, status="ok", role="search", limit=None).data
-             if t.objective is not None]
+             for t in store.list_trials(s.id, status="ok", limit=None).data
+             # A confirmation repeat is one more measurement of its configuration (the
+             # lowest rate stands); a quality baseline measured no load.
+             if t.objective is not None and t.role != "baseline"]
     measured = [m for m in every if slo is None or m.sweep.slo_key == slo]
     others = sorted({m.sweep.slo_key for m in every} - {slo}) if slo is not None else []
     if not measured:

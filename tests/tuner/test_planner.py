@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.tuner.api.data import measure
+from tests.tuner.api.data import measure, result
 from tests.tuner.db.conftest import (  # noqa: F401 - fixtures are found by name
     backend,
     migrated_url,
@@ -15,7 +15,7 @@ from tests.tuner.db.conftest import (  # noqa: F401 - fixtures are found by name
 from tuner.planner import plan_capacity
 from tuner.settings import DEFAULT_GPU_PRICES, PlannerSettings, Settings, get_settings
 from tuner.store import Store
-from workers.contracts import SLO, Workload
+from workers.contracts import SLO, TrialSpec, Workload
 
 
 @pytest.fixture(autouse=True)
@@ -79,3 +79,23 @@ def test_without_prices_the_plan_with_fewest_gpus_wins(store: Store) -> None:  #
     priced = plan_capacity(store, workload="fleet", target_rps=48,
                            gpu_prices={"h100-sxm": 3.0, "l40s": 1.0})
     assert (priced.gpu, priced.cost_per_hour, priced.notes) == ("l40s", 5.0, [])
+
+
+def test_a_confirmation_repeat_counts_as_a_measurement_and_a_baseline_not(
+        store: Store) -> None:  # noqa: F811
+    fleet, slo = Workload(name="fleet"), SLO.parse("ttft:300,tpot:50")
+    sweep = store.create_sweep(name="s", workload=fleet, slo=slo, space={},
+                               model="Qwen/Qwen2.5-7B-Instruct", gpu="h100-sxm",
+                               strategy="random", mode="capacity")
+    first = measure(store, sweep.id, 0, {"max_num_seqs": 128}, 30.0, capacity=30.0)
+    spec = TrialSpec(trial_id="r", model="Qwen/Qwen2.5-7B-Instruct",
+                     knobs={"max_num_seqs": 128}, workload=fleet, slo=slo, mode="capacity")
+    again = store.record_trial(sweep.id, role="repeat", number=0, repeat=1, repeat_of=first,
+                               params={"max_num_seqs": 128}, spec=spec,
+                               result=result(24.0, capacity=24.0))
+    store.record_trial(sweep.id, role="baseline", number=0, params={}, spec=spec,
+                       result=result(0.0, capacity=90.0))
+    plan = plan_capacity(store, workload="fleet", target_rps=48)
+    # One configuration, at the lower of its two measurements; the baseline is none.
+    assert len(plan.options) == 1
+    assert plan.per_replica_rps == 24.0 and plan.trial_ids == [again.id, first]
