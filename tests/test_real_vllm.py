@@ -58,8 +58,9 @@ def write_space(folder: Path, **changes: Any) -> Path:
     return path
 
 
-def slotune(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "SLOTUNE_VLLM_BIN": realvllm.vllm_binary()}
+def slotune(*args: str, timeout: float, env: dict[str, str] | None = None
+            ) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "SLOTUNE_VLLM_BIN": realvllm.vllm_binary(), **(env or {})}
     return subprocess.run([SLOTUNE, *args], capture_output=True, text=True, timeout=timeout,
                           stdin=subprocess.DEVNULL, env=env)
 
@@ -173,3 +174,48 @@ def test_a_lossy_value_is_checked_with_golden_requests_on_real_vllm(tmp_path: Pa
         assert result["objective"] == 0 and not result["metrics"]
         assert result["constraints"]["quality"] > 0
     assert engine_pids(trial_id) == [] and engine_pids(f"{trial_id}-baseline") == []
+
+
+def test_a_compiled_configuration_confirmed_twice_boots_from_its_compile_cache(
+        tmp_path: Path) -> None:
+    # Compiled, not eager: vLLM's start-up compiles the model, which is what a node's
+    # shared cache saves. The space calls a max_num_batched_tokens of 512 lossy against
+    # 1024 — it cannot change a greedy answer, but it is in vLLM's compile hash — so the
+    # sweep boots one baseline that compiles an entry of its own, then the trial, then
+    # two repeats of the trial from the trial's entry, all answering the golden prompts.
+    compiled = {k: v for k, v in realvllm.SERVE_ARGS.items() if k != "enforce_eager"}
+    space = write_space(
+        tmp_path, mode="goodput", fixed=compiled,
+        knobs={"max_num_batched_tokens": {"type": "values", "values": [512], "default": 512}},
+        lossy={"max_num_batched_tokens": {"values": [512], "lossless": 1024}},
+        quality={"golden": {"max_tokens": 8, "min_agreement": 0.9,
+                            "prompts": ["The capital of France is", "def fibonacci(n):"]}})
+    db, cache = tmp_path / "sweep.db", tmp_path / "engine-cache"
+    proc = slotune("sweep", "run", "--space", str(space), "--strategy", "grid", "--trials", "1",
+                   "--confirm-top", "1", "--confirm-repeats", "2", "--gpus", "2",
+                   "--database-url", f"sqlite:///{db}", timeout=1200,
+                   env={"SLOTUNE_ENGINE_CACHE_DIR": str(cache)})
+    assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-3000:])
+    with sqlite3.connect(db) as conn:
+        conn.row_factory = sqlite3.Row
+        rows = [dict(r) for r in conn.execute(
+            "SELECT id, role, repeat, repeat_of, attempt, status, node, timings, result "
+            "FROM sweep_trials ORDER BY id")]
+    final = {(r["role"], r["repeat"]): r for r in rows}  # the last attempt of each boot
+    assert set(final) == {("baseline", 0), ("search", 0), ("repeat", 1), ("repeat", 2)}, rows
+    assert all(r["status"] == "ok" for r in final.values()), rows
+    first = final[("search", 0)]
+    repeats = [final[("repeat", 1)], final[("repeat", 2)]]
+    assert all(r["repeat_of"] == first["id"] for r in repeats)
+    # Each boot is a row with its own timings: the repeats boot from the first's compiled
+    # entry. (vLLM 0.32's CPU build cannot load its saved AOT artifact and recompiles
+    # from torch's warm caches, so the warm compile is a fraction of the cold one, not 0.)
+    compile_s = [json.loads(r["timings"])["boot_compile_s"] for r in (first, *repeats)]
+    assert compile_s[0] > 5 and all(c < 0.6 * compile_s[0] for c in compile_s[1:]), compile_s
+    # … and serve the same answers as the first boot did.
+    answers = [json.loads(r["result"])["quality"]["answers"] for r in (first, *repeats)]
+    assert answers[0] and answers[1] == answers[0] and answers[2] == answers[0]
+    # The baseline and the trial compile differently: two entries in the node's cache,
+    # and nothing compiled in a trial's own folder.
+    entries = {rank.parent for rank in (cache / "vllm" / "vllm").rglob("rank_*")}
+    assert len(entries) == 2, sorted(map(str, entries))

@@ -711,6 +711,9 @@ class QualityVerdict(_Strict):
     detail: str | None = None
     seconds: float | None = None
     """What the check cost, the baseline's boot included."""
+    answers: tuple[tuple[int, ...], ...] | None = None
+    """golden: this configuration's own greedy answers (token ids per prompt), so two
+    boots of it — a search run and its repeats — can be compared, not only scored."""
 
 
 class TrialResult(_Strict):

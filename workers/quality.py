@@ -124,6 +124,7 @@ def golden_verdict(gate: QualityGate, reference: Sequence[Sequence[int]],
     return QualityVerdict(
         checked=True, method="golden", lossy=gate.lossy, agreement=share,
         threshold=check.min_agreement, passed=passed, seconds=seconds,
+        answers=tuple(tuple(answer) for answer in candidate),
         detail=(f"{share:.1%} of the first {check.max_tokens} tokens of "
                 f"{len(check.prompts)} golden answers agree with the lossless baseline "
                 f"({', '.join(f'{k}={v}' for k, v in gate.baseline.items())}); "

@@ -502,9 +502,15 @@ def test_three_lossy_trials_boot_one_baseline_and_each_is_checked_against_its_an
         if trial.role != "baseline":
             assert trial.result and trial.result["quality"]["checked"], trial.id
             assert trial.result["quality"]["agreement"] > 0.9  # fp8 KV moves few tokens
-    # The configurations are counted once: three search trials, two repeats of the winner.
-    roles = Counter(t.role for t in store.list_trials(final.id).data)
-    assert roles == {"search": 3, "repeat": 2, "baseline": 1}
+    # The configurations are counted once: three search trials, two repeats of the winner,
+    # and the repeats served what their first run served.
+    rows = store.list_trials(final.id).data
+    assert Counter(t.role for t in rows) == {"search": 3, "repeat": 2, "baseline": 1}
+    repeats = [t for t in rows if t.role == "repeat"]
+    [first] = [t for t in rows if t.id == repeats[0].repeat_of]
+    assert first.result and first.result["quality"]["answers"]
+    assert all(t.result and t.result["quality"]["answers"] == first.result["quality"]["answers"]
+               for t in repeats)
 
 
 def test_a_resumed_sweep_reads_its_baseline_back_rather_than_booting_it_again(
