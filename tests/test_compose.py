@@ -91,6 +91,11 @@ def test_config_renders_with_every_service_healthchecked(compose: list[str],
                for v in _volumes(services["postgres"]))
     for name in ("coordinator", worker):
         assert services[name]["environment"]["RAY_ADDRESS"] == "ray-head:6379"
+    if profile == "gpu":  # a vLLM node keeps its compile caches across restarts
+        cache = services[worker]["environment"]["SLOTUNE_ENGINE_CACHE_DIR"]
+        assert any(v.get("source") == "engine-cache" and v.get("target") == cache
+                   if isinstance(v, dict) else v.startswith(f"engine-cache:{cache}")
+                   for v in _volumes(services[worker]))
     url = services["api"]["environment"]["DATABASE_URL"]
     assert url.startswith("postgresql://") and "@postgres:5432/" in url
     assert services["coordinator"]["environment"]["DATABASE_URL"] == url

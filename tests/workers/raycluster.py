@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -141,3 +142,30 @@ class LocalRayCluster:
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
+
+
+@contextlib.contextmanager
+def joined_cluster(*nodes: tuple[int, str | None]) -> Iterator[LocalRayCluster]:
+    """A cluster of ``nodes`` (GPUs, GPU type) — the first is the head — with this process's
+    Ray joined to it; everything stopped after, and no process of it left behind."""
+    import pytest
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()  # another module's local Ray; the caller needs the cluster
+    cluster = LocalRayCluster()
+    mp = pytest.MonkeyPatch()
+    mp.delenv("RAY_ADDRESS", raising=False)
+    try:
+        (head_gpus, head_type), *others = nodes
+        cluster.start_head(gpus=head_gpus, gpu_type=head_type)
+        for gpus, gpu_type in others:
+            cluster.add_node(gpus=gpus, gpu_type=gpu_type)
+        ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
+        cluster.wait_for_nodes(len(nodes))
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.stop()
+        mp.undo()
+    assert cluster.stragglers() == []

@@ -22,7 +22,7 @@ import ray
 import yaml
 
 from tests.procscan import engine_pids
-from tests.workers.raycluster import LocalRayCluster
+from tests.workers.raycluster import LocalRayCluster, joined_cluster
 from tuner.executors import MAX_NODE_GPUS_ENV, RayExecutor
 from tuner.store import Store
 from tuner.sweeps import SweepBudget, SweepRequest, queue_sweep
@@ -45,22 +45,8 @@ SPACES = Path(__file__).resolve().parents[2] / "search_spaces"
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[LocalRayCluster]:
-    if ray.is_initialized():
-        ray.shutdown()  # another module's local Ray; this module needs the cluster
-    c = LocalRayCluster()
-    mp = pytest.MonkeyPatch()
-    mp.delenv("RAY_ADDRESS", raising=False)
-    try:
-        c.start_head(gpus=2, gpu_type="rtx4090")
-        c.add_node(gpus=2, gpu_type="h100-sxm")
-        ray.init(address=c.address, log_to_driver=False, configure_logging=False)
-        c.wait_for_nodes(2)
+    with joined_cluster((2, "rtx4090"), (2, "h100-sxm")) as c:
         yield c
-    finally:
-        ray.shutdown()
-        c.stop()
-        mp.undo()
-    assert c.stragglers() == []
 
 
 def spec(gpu: str, prompts: int = 16) -> TrialSpec:

@@ -13,10 +13,9 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-import ray
 
 from tests.procscan import engine_pids
-from tests.workers.raycluster import LocalRayCluster
+from tests.workers.raycluster import LocalRayCluster, joined_cluster
 from tuner.executors import RayExecutor
 from workers.contracts import SLO, SimOptions, TrialResult, TrialSpec
 from workers.loadgen import load_workload
@@ -31,22 +30,8 @@ SHORT, LONG = 8, 60
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[LocalRayCluster]:
-    if ray.is_initialized():
-        ray.shutdown()  # another module's local Ray; this module needs the cluster
-    c = LocalRayCluster()
-    mp = pytest.MonkeyPatch()
-    mp.delenv("RAY_ADDRESS", raising=False)
-    try:
-        c.start_head(gpus=1, gpu_type="rtx4090")
-        c.add_node(gpus=1, gpu_type="rtx4090")
-        ray.init(address=c.address, log_to_driver=False, configure_logging=False)
-        c.wait_for_nodes(2)
+    with joined_cluster((1, "rtx4090"), (1, "rtx4090")) as c:
         yield c
-    finally:
-        ray.shutdown()
-        c.stop()
-        mp.undo()
-    assert c.stragglers() == []
 
 
 @pytest.fixture
