@@ -641,6 +641,9 @@ class PhaseTimings(_Strict):
     total_s: float = 0.0
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    boot_turn_wait_s: float | None = None
+    """Waiting for another boot of the same configuration on the node to finish first
+    (the shared compile cache's turn), before this engine started."""
     boot_weights_s: float | None = None
     """Building the model and loading its weights."""
     boot_compile_s: float | None = None

@@ -283,10 +283,11 @@ def test_utilisation_shows_each_boots_phases_and_the_sweeps_shares(tmp_path: Pat
     assert [t.label for t in report.trials] == ["#0"]
     assert [t.label for t in report.boots] == ["#0", "#0 repeat 1"]
     # Each boot's compile seconds, beside its other phases: the repeat's are its own …
-    assert "| boot | attempt | status | weights s | compile s | graph capture s | KV cache s | " \
-           "server start-up s | boot s | warm-up + measure s | teardown s | total s |" in md
-    assert "| #0 | 1 | ok | 10 | 60 | 5 | 5 | 20 | 100 | 90 | 5 | 200 |" in md
-    assert "| #0 repeat 1 | 1 | ok | 10 | 15 | 5 | 5 | 15 | 50 | 90 | 5 | 150 |" in md
+    assert "| boot | attempt | status | waiting its turn s | weights s | compile s | " \
+           "graph capture s | KV cache s | server start-up s | boot s | warm-up + measure s | " \
+           "teardown s | total s |" in md
+    assert "| #0 | 1 | ok | — | 10 | 60 | 5 | 5 | 20 | 100 | 90 | 5 | 200 |" in md
+    assert "| #0 repeat 1 | 1 | ok | — | 10 | 15 | 5 | 5 | 15 | 50 | 90 | 5 | 150 |" in md
     # … and the sweep's 350 s by part: compiling took 75 s of it.
     assert "| boot: compile | 75 | 21.4% |" in md
     assert "| warm-up + measure | 180 | 51.4% |" in md
@@ -294,7 +295,7 @@ def test_utilisation_shows_each_boots_phases_and_the_sweeps_shares(tmp_path: Pat
     assert "phases unknown" not in md
     assert "<h2 id='utilisation'>Utilisation</h2>" in html
     assert "<tr><td>boot: compile</td><td>75</td><td>21.4%</td></tr>" in html
-    assert "<td>#0</td><td>1</td><td>ok</td><td>10</td><td>60</td>" in html
+    assert "<td>#0</td><td>1</td><td>ok</td><td>—</td><td>10</td><td>60</td>" in html
 
 
 def test_a_trial_stored_before_the_boot_split_reads_as_phases_unknown() -> None:
@@ -308,6 +309,6 @@ def test_a_trial_stored_before_the_boot_split_reads_as_phases_unknown() -> None:
     assert use.unsplit == 1
     assert use.seconds["boot_unsplit"] == 30.0 and use.seconds["boot_compile_s"] == 60.0
     md = render_markdown(report)
-    assert "| #1 | 1 | ok | ? | ? | ? | ? | ? | 30 | 60 | — | 90 |" in md
+    assert "| #1 | 1 | ok | ? | ? | ? | ? | ? | ? | 30 | 60 | — | 90 |" in md
     assert "| boot: phases unknown | 30 | 10.3% |" in md  # of 290 s
     assert "1 trial(s) were stored before boots were split by phase" in md

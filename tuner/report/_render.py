@@ -417,7 +417,8 @@ def _md_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 # --- shared ---------------------------------------------------------------------------------
 
-_PARTS = {"boot_weights_s": "boot: weights", "boot_compile_s": "boot: compile",
+_PARTS = {"boot_turn_wait_s": "boot: waiting its turn",
+          "boot_weights_s": "boot: weights", "boot_compile_s": "boot: compile",
           "boot_graph_capture_s": "boot: graph capture", "boot_kv_cache_s": "boot: KV cache",
           "boot_server_ready_s": "boot: server start-up", "boot_unsplit": "boot: phases unknown",
           "measure": "warm-up + measure", "teardown": "teardown", "other": "other"}

@@ -217,6 +217,8 @@ def boot_phases(phases: Mapping[str, float], boot_s: float | None
     simulator's in the same keys); ``boot_s`` is the boot as measured, from the process
     start until ``/health`` answered.
 
+    * ``boot_turn_wait_s``: the wait for another boot of the same configuration on the
+      node (``turn_wait``, measured by the adapter, not logged by the engine);
     * ``boot_weights_s``: vLLM's "Model loading took" (it times building the model and
       loading its weights), else what it said of those two parts;
     * ``boot_compile_s``: the engine core's compilation total, else torch.compile's, else
@@ -248,10 +250,11 @@ def boot_phases(phases: Mapping[str, float], boot_s: float | None
         if compile_s is not None:
             compile_s = min(compile_s, init_engine)
         kv_cache = round(max(0.0, init_engine - (compile_s or 0.0) - (graphs or 0.0)), 3)
-    known = (weights, compile_s, graphs, kv_cache)
+    turn = phases.get("turn_wait")
+    known = (turn, weights, compile_s, graphs, kv_cache)
     ready = None
     if boot_s is not None:
         ready = round(max(0.0, boot_s - sum(v for v in known if v is not None)), 3)
-    return {"boot_weights_s": weights, "boot_compile_s": compile_s,
+    return {"boot_turn_wait_s": turn, "boot_weights_s": weights, "boot_compile_s": compile_s,
             "boot_graph_capture_s": graphs, "boot_kv_cache_s": kv_cache,
             "boot_server_ready_s": ready}

@@ -140,6 +140,8 @@ class EngineAdapter(abc.ABC):
         self.notes: list[str] = []
         """slotune's own lines about this boot (a fallback it took, a wait), which head
         the engine log so the trial's log says them."""
+        self.turn_wait_s = 0.0
+        """Seconds :meth:`boot_slot` waited for another boot's turn before the start."""
 
     @property
     def time_scale(self) -> float:
@@ -361,6 +363,8 @@ class EngineAdapter(abc.ABC):
 
     def facts(self) -> EngineFacts:
         parsed = parse_startup_log(self.log_text())
+        if self.turn_wait_s:
+            parsed["startup_phases_s"]["turn_wait"] = round(self.turn_wait_s, 3)
         visible = parsed.pop("cuda_visible_devices", None)
         # What the engine says it saw beats what we meant to give it.
         gpu_ids = tuple(visible.split(",")) if visible else self.gpu_ids

@@ -187,7 +187,7 @@ class VllmEngine(EngineAdapter):
                 "directory instead of waiting on")
             yield
             return
-        waited = time.monotonic() - began
+        waited = self.turn_wait_s = time.monotonic() - began
         if waited >= LOCK_POLL_S:
             self.notes.append(f"waited {waited:.1f} s for its turn to boot (compile caches "
                               f"in {folder})")

@@ -171,9 +171,11 @@ def test_one_configuration_boots_one_at_a_time_and_others_in_parallel(
     (a0, a1), (b0, b1), (c0, _) = spans["a"][0], spans["b"][0], spans["c"][0]
     assert b0 >= a1 or a0 >= b1, "the repeat booted while the first was booting"
     assert c0 < min(a1, b1), "a different configuration waited for another's turn"
-    waiter = repeat if b0 >= a1 else first
+    waiter, holder = (repeat, first) if b0 >= a1 else (first, repeat)
     assert any("waiting for trial trial-" in note for note in waiter.notes), waiter.notes
     assert any(note.startswith("waited ") for note in waiter.notes), waiter.notes
+    # The wait is a boot phase of its own, not the server's start-up.
+    assert waiter.turn_wait_s >= 0.5 and holder.turn_wait_s < 0.5 and other.turn_wait_s < 0.5
 
 
 def test_an_eager_boot_compiles_nothing_and_takes_no_turn(tmp_path: Path,

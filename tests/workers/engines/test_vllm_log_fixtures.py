@@ -70,8 +70,12 @@ def test_current_gpu_wordings_are_read() -> None:
     # Init engine holds the compile and the graph capture: what is left of its 41.62 s
     # is profiling and the KV cache; 60 s of boot leave 14.368 s to the server around it.
     assert boot_phases(facts["startup_phases_s"], 60.0) == {
-        "boot_weights_s": 4.012, "boot_compile_s": 20.15, "boot_graph_capture_s": 12.0,
-        "boot_kv_cache_s": 9.47, "boot_server_ready_s": 14.368}
+        "boot_turn_wait_s": None, "boot_weights_s": 4.012, "boot_compile_s": 20.15,
+        "boot_graph_capture_s": 12.0, "boot_kv_cache_s": 9.47, "boot_server_ready_s": 14.368}
+    # A boot that first waited 10 s for another boot of its configuration on the node: the
+    # wait is its own phase, taken from what the server's start-up would otherwise show.
+    waited = boot_phases({**facts["startup_phases_s"], "turn_wait": 10.0}, 70.0)
+    assert waited["boot_turn_wait_s"] == 10.0 and waited["boot_server_ready_s"] == 14.368
 
 
 # Boot wall seconds of the compiled fixtures, process start to /health (their README).
