@@ -131,6 +131,7 @@ _FACT_PATTERNS: dict[str, tuple[re.Pattern[str], ...]] = {
     "cuda_visible_devices": (re.compile(r"CUDA_VISIBLE_DEVICES=([\w,-]*)"),),
 }
 _INIT_ENGINE = r"init engine \(profile, create kv cache, warmup model\) took "
+_INIT_ENGINE_DONE = re.compile(_INIT_ENGINE)
 _PHASE_PATTERNS: dict[str, tuple[re.Pattern[str], ...]] = {
     "initialize_model": (re.compile(r"Initializing model took ([\d.]+) seconds"),),
     "load_weights": (re.compile(r"Loading weights took ([\d.]+) seconds"),),
@@ -158,6 +159,14 @@ _SPANS: dict[str, tuple[re.Pattern[str], re.Pattern[str]]] = {
     "compile_warmup": (re.compile(_TIMESTAMP + r"Warming up model for the compilation\.\.\."),
                        re.compile(_TIMESTAMP + r"Warming up done\.")),
 }
+
+
+def engine_initialized(text: str) -> bool:
+    """Whether the engine core says its initialisation — profiling, the KV cache, and the
+    compilation and graph capture that happen in them — is done (``init engine (profile,
+    create kv cache, warmup model) took …``): from there it writes nothing more to its
+    compile caches (vllm/v1/engine/core.py, ``_initialize_kv_caches``)."""
+    return _INIT_ENGINE_DONE.search(text) is not None
 
 
 def _first(patterns: tuple[re.Pattern[str], ...], text: str) -> str | None:

@@ -17,7 +17,8 @@ caches live in one directory per node instead of in each trial's temporary direc
   the worker's log (:class:`SharedCacheUnusable` names the path and the setting).
 * **Boots that would write the same entries take turns**: :class:`BootLock` is an
   advisory ``flock`` on ``locks/<key>.lock`` in the engine's folder, held from before the
-  engine starts until it is healthy or has failed. The key is the adapter's fingerprint
+  engine starts until its compiled entries are written (vLLM: its engine core has
+  initialised), it is healthy, or it has failed. The key is the adapter's fingerprint
   of what its compiled entries depend on, so two boots of one configuration (say a
   confirmation repeat) boot one after the other and the second finds the first's
   entries, while different configurations boot in parallel. The kernel drops a ``flock``

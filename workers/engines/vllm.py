@@ -29,6 +29,7 @@ fail, and two boots compiling the same entries at once both pay for the compile.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import logging
@@ -40,6 +41,7 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from workers.engines._log_patterns import engine_initialized
 from workers.engines.base import EngineAdapter, flag_args
 from workers.engines.shared_cache import (
     LOCK_POLL_S,
@@ -171,8 +173,9 @@ class VllmEngine(EngineAdapter):
     @contextlib.asynccontextmanager
     async def boot_slot(self, timeout_s: float) -> AsyncIterator[None]:
         """Boots of one :meth:`compile_key` on one node take turns, each holding the lock
-        until its engine is healthy or has failed; a wait longer than ``timeout_s`` gives
-        up the turn and boots with the trial's own caches instead."""
+        until its engine core has initialised (its compiled entries are written: the next
+        boot finds them) or the engine is healthy or has failed; a wait longer than
+        ``timeout_s`` gives up the turn and boots with the trial's own caches instead."""
         folder = self.shared_cache
         if folder is None or self._own_caches or self.spec.engine_flags.get("enforce_eager"):
             yield
@@ -191,10 +194,21 @@ class VllmEngine(EngineAdapter):
         if waited >= LOCK_POLL_S:
             self.notes.append(f"waited {waited:.1f} s for its turn to boot (compile caches "
                               f"in {folder})")
+        handover = asyncio.create_task(self._release_once_initialised(lock))
         try:
             yield
         finally:
+            handover.cancel()
             lock.release()
+
+    async def _release_once_initialised(self, lock: BootLock) -> None:
+        # The API server's own start-up, after the engine core, reads and writes no
+        # compile cache: the next boot of this configuration need not wait for it.
+        while lock.held:
+            if engine_initialized(self.log_text()):
+                lock.release()
+                return
+            await asyncio.sleep(LOCK_POLL_S)
 
     def _use_own_caches(self, why: str) -> None:
         self._own_caches = True

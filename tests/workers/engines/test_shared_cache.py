@@ -178,6 +178,36 @@ def test_one_configuration_boots_one_at_a_time_and_others_in_parallel(
     assert waiter.turn_wait_s >= 0.5 and holder.turn_wait_s < 0.5 and other.turn_wait_s < 0.5
 
 
+def test_the_next_boot_goes_once_the_engine_core_has_compiled_not_when_the_server_is_up(
+        tmp_path: Path, node_cache: Path) -> None:
+    first = vllm_engine(tmp_path / "a", trial_id="trial-a")
+    repeat = vllm_engine(tmp_path / "b", trial_id="trial-b")
+    entered: list[str] = []
+
+    async def first_boot() -> None:
+        async with first.boot_slot(30):
+            entered.append("first")
+            await asyncio.sleep(0.5)
+            first.log_path.parent.mkdir(parents=True, exist_ok=True)
+            first.log_path.write_text(  # vLLM 0.32's line, once its compiled entries exist
+                "(EngineCore pid=1) INFO 12-03 08:26:26 [core.py:402] init engine (profile, "
+                "create kv cache, warmup model) took 33.71 s\n")
+            await asyncio.sleep(3.0)  # its API server is still starting
+            entered.append("first is up")
+
+    async def repeat_boot() -> None:
+        await asyncio.sleep(0.1)
+        async with repeat.boot_slot(30):
+            entered.append("repeat")
+
+    async def main() -> None:
+        await asyncio.gather(first_boot(), repeat_boot())
+
+    asyncio.run(main())
+    assert entered == ["first", "repeat", "first is up"]
+    assert 0.4 < repeat.turn_wait_s < 2.5
+
+
 def test_an_eager_boot_compiles_nothing_and_takes_no_turn(tmp_path: Path,
                                                           node_cache: Path) -> None:
     eager = vllm_engine(tmp_path / "a", knobs={"max_num_seqs": 64, "enforce_eager": True})
