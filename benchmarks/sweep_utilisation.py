@@ -139,7 +139,7 @@ def _vllm_sweep(folder: Path, space: Path, trials: int, cache: str) -> dict[str,
         raise SystemExit(f"sweep run failed ({proc.returncode}): {proc.stderr[-2000:]}")
     with Store(f"sqlite:///{db}") as store:
         [sweep] = store.list_sweeps().data
-        trials_ = store.list_trials(sweep.id).data
+        trials_ = store.list_trials(sweep.id, role="any").data
     assert sweep.started_at is not None and sweep.finished_at is not None
     wall_s = (sweep.finished_at - sweep.started_at).total_seconds()
     return {"wall_s": wall_s, "trials": trials_,
@@ -200,7 +200,7 @@ def main() -> int:
             wall_s = time.perf_counter() - t1
         finally:
             executor.shutdown()
-        trials = store.list_trials(sweep.id).data
+        trials = store.list_trials(sweep.id, role="any").data
         store.close()
 
     parts = breakdown(trials, wall_s, GPUS)

@@ -198,13 +198,12 @@ class SweepRunner:
             log.info("sweep %s: trial %s (attempt %s) was lost with its coordinator; "
                      "re-enqueued", self.sweep.id, orphan.number, orphan.attempt)
         stored = [(TrialSpec.model_validate(row.spec), TrialResult.model_validate(row.result))
-                  for row in self.store.list_trials(self.sweep.id).data
+                  for row in self.store.list_trials(self.sweep.id, role="any").data
                   if row.role != "search" and row.spec is not None and row.result is not None]
         self.baselines.restore((spec, result) for spec, result in stored
                                if spec.golden_reference is not None)
         self.gpu_hours += sum(gpu_hours(result, spec.gpus) for spec, result in stored)
-        done = self.store.list_trials(self.sweep.id, status=["ok", "failed", "infeasible"],
-                                      role="search")
+        done = self.store.list_trials(self.sweep.id, status=["ok", "failed", "infeasible"])
         known = []
         for row in done.data:
             if row.result is None:
@@ -267,7 +266,7 @@ class SweepRunner:
             stop = stop or self.budget.stop_reason(
                 trials=self._trials_started(), gpu_hours=self.gpu_hours,
                 since_improvement=self.since_improvement)
-            if stop is None or self._ready:
+            if stop is None or self._unlaunched():
                 try:
                     self._launch(ask=stop is None)
                 except TRANSIENT_STORAGE_ERRORS as exc:
@@ -278,11 +277,13 @@ class SweepRunner:
                 stop = stop or self.budget.stop_reason(
                     trials=self._trials_started(), gpu_hours=self.gpu_hours,
                     since_improvement=self.since_improvement)
-                if stop is not None:
+                if self._unlaunched():
+                    pass  # asked and counted: it runs once GPUs other sweeps hold free up
+                elif stop is not None:
                     return stop
-                if self.strategy.done:
+                elif self.strategy.done:
                     return self.strategy.stop_reason or "the strategy stopped"
-                if self.strategy.pending == 0 and not self._launch() \
+                elif self.strategy.pending == 0 and not self._launch() \
                         and not self._waiting_for_gpus:
                     return self.strategy.stop_reason or "nothing left to try"
                 if not len(self.trials):
@@ -290,6 +291,11 @@ class SweepRunner:
                     continue
             for launched, result in self.trials.wait(HEARTBEAT_S):
                 self._finished(launched, result)
+
+    def _unlaunched(self) -> bool:
+        """Proposals asked for but not running yet — waiting for their quality baseline, or
+        for GPUs — which the sweep launches before it may end."""
+        return bool(self._ready) or self.baselines.parked > 0 or self._deferred is not None
 
     def _trials_started(self) -> int:
         """Search trials asked for: finished, in flight, waiting for the database or for

@@ -216,7 +216,7 @@ def plan_capacity(
               if (model is None or s.model == model) and (gpu is None or s.gpu == gpu)]
     asked = _describe(workload, model, gpu, slo)
     every = [_measurement(s, t) for s in sweeps
-             for t in store.list_trials(s.id, status="ok", limit=None).data
+             for t in store.list_trials(s.id, status="ok", role="any", limit=None).data
              # A confirmation repeat is one more measurement of its configuration (the
              # lowest rate stands); a quality baseline measured no load.
              if t.objective is not None and t.role != "baseline"]

@@ -545,14 +545,16 @@ class Store:
         sweep_id: int,
         *,
         status: str | Sequence[str] | None = None,
-        role: TrialRole | None = None,
+        role: TrialRole | Literal["any"] = "search",
         offset: int = 0,
         limit: int | None = None,
     ) -> Page[TrialRecord]:
-        """A sweep's trial rows (``role``: only those; None: every boot, repeats and
-        baselines too) by Optuna number, role, repeat and attempt; ``count`` before paging."""
+        """A sweep's trials — the configurations it searched, one row per attempt — by
+        Optuna number then attempt; ``role`` ``repeat`` or ``baseline`` lists those boots
+        instead, ``any`` every boot the sweep paid for (by number, role, repeat and
+        attempt). ``count`` is before paging."""
         query = select(SweepTrial).where(SweepTrial.sweep_id == sweep_id)
-        if role is not None:
+        if role != "any":
             query = query.where(SweepTrial.role == role)
         if status is not None:
             query = query.where(SweepTrial.status.in_([status] if isinstance(status, str)

@@ -66,7 +66,7 @@ def build_report(store: Store, sweep_id: int) -> SweepReport:
     :class:`~tuner.store.NotFound` for an unknown sweep.
     """
     sweep = store.get_sweep(sweep_id)
-    trials = store.list_trials(sweep_id).data
+    trials = store.list_trials(sweep_id, role="any").data
     cards = store.list_cards(sweep_id)
     try:
         spec = store.get_workload(sweep.workload).spec

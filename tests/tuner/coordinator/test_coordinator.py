@@ -114,9 +114,9 @@ def test_a_sweep_runs_to_its_budget_and_records_everything(store: Store,
     final = run(store, migrated_url, lab())
     assert final.status == "done"
     assert final.stop_reason == "trial budget reached (8 trials)"
-    rows = store.list_trials(final.id).data
+    rows = store.list_trials(final.id, role="any").data
     trials = [t for t in rows if t.role == "search"]
-    assert trials == store.list_trials(final.id, role="search").data
+    assert trials == store.list_trials(final.id).data
     assert len(trials) == 8 and all(t.status == "ok" for t in trials)
     assert len({t.number for t in trials}) == 8
     assert final.progress["done"] == 8 and final.progress["best_objective"] > 0
@@ -498,13 +498,13 @@ def test_three_lossy_trials_boot_one_baseline_and_each_is_checked_against_its_an
     assert len(lossy) == 5
     assert all(s.quality.reference is not None
                and [list(a) for a in s.quality.reference] == answers for s in lossy)
-    for trial in store.list_trials(final.id).data:
+    for trial in store.list_trials(final.id, role="any").data:
         if trial.role != "baseline":
             assert trial.result and trial.result["quality"]["checked"], trial.id
             assert trial.result["quality"]["agreement"] > 0.9  # fp8 KV moves few tokens
     # The configurations are counted once: three search trials, two repeats of the winner,
     # and the repeats served what their first run served.
-    rows = store.list_trials(final.id).data
+    rows = store.list_trials(final.id, role="any").data
     assert Counter(t.role for t in rows) == {"search": 3, "repeat": 2, "baseline": 1}
     repeats = [t for t in rows if t.role == "repeat"]
     [first] = [t for t in rows if t.id == repeats[0].repeat_of]
@@ -569,3 +569,4 @@ def test_a_baseline_that_cannot_boot_fails_the_check_of_every_lossy_trial_once(
         assert quality and quality["passed"] is False and not quality["checked"]
         assert "the sweep's lossless baseline" in quality["detail"]
         assert "CUDA out of memory" in quality["detail"]
+

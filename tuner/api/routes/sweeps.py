@@ -92,7 +92,8 @@ def list_trials(sweep_id: SweepId, store: StoreDep, status: SweepTrialStatus | N
                 limit: Limit = 100) -> ListOut[TrialOut]:
     """Every boot of a sweep by Optuna number, then repeat and attempt: its search trials,
     their confirmation repeats and its quality baseline (``role`` selects one kind)."""
-    page = store.list_trials(sweep_id, status=status, role=role, offset=offset, limit=limit)
+    page = store.list_trials(sweep_id, status=status, role=role or "any", offset=offset,
+                             limit=limit)
     return ListOut(data=[TrialOut.from_record(t) for t in page.data], count=page.count)
 
 
