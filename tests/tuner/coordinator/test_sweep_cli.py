@@ -55,7 +55,10 @@ def test_sweep_run_with_ray_and_the_simulated_engine(postgres_url: str,
     assert "report:" in result.stdout
     [sweep] = store.list_sweeps().data
     assert sweep.status == "done"
-    assert len(store.list_trials(sweep.id).data) == 2
+    # Two configurations; a run this busy machine distorted is measured again (a row per
+    # attempt), so each counts by its last attempt.
+    last = {t.number: t for t in store.list_trials(sweep.id).data}
+    assert len(last) == 2 and all(t.status == "ok" for t in last.values()), last
     [best] = store.best_for_workload(sweep.workload)
     assert best.confirmed and best.objective > 0
     studies = subprocess.run([str(venv_script("optuna")), "studies", "--storage",
