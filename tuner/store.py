@@ -477,7 +477,9 @@ class Store:
         """Store a finished boot that is not a configuration of the search (a confirmation
         repeat of trial ``repeat_of``, or a quality baseline) with its whole result, in one
         write: it was never a running row, so a dead coordinator leaves no orphan of it
-        to re-enqueue. Its start is its finish less its measured wall time."""
+        to re-enqueue. Its start is its finish less its measured wall time. Idempotent:
+        the same (role, number, repeat, attempt) again returns the stored row, so a write
+        retried after a lost reply (the database restarting) stores it once."""
         if (role == "repeat") != (repeat_of is not None and repeat >= 1):
             raise ValueError("a repeat row needs repeat_of and a repeat from 1; "
                              "a baseline row has neither")
@@ -491,6 +493,12 @@ class Store:
                 if original.sweep_id != sweep_id or original.role != "search":
                     raise Conflict(f"trial {repeat_of} is not a search trial of sweep "
                                    f"{sweep_id}: only those are repeated")
+            stored = session.scalars(select(SweepTrial).where(
+                SweepTrial.sweep_id == sweep_id, SweepTrial.role == role,
+                SweepTrial.number == number, SweepTrial.repeat == repeat,
+                SweepTrial.attempt == attempt)).first()
+            if stored is not None:
+                return TrialRecord.model_validate(stored)
             trial = SweepTrial(
                 sweep_id=sweep_id, role=role, number=number, repeat=repeat,
                 repeat_of=repeat_of, attempt=attempt, params=dict(params),
