@@ -28,13 +28,6 @@ from workers.contracts import TrialResult, TrialSpec
 T = TypeVar("T")
 
 
-def needs_reference(spec: TrialSpec) -> bool:
-    """Whether ``spec``'s quality gate compares golden answers it does not have yet."""
-    gate = spec.quality
-    return (gate is not None and gate.golden is not None and not gate.allow_lossy
-            and gate.reference is None and gate.reference_unavailable is None)
-
-
 def baseline_key(spec: TrialSpec) -> str:
     """What makes two baselines the same: model, GPU, engine flags and golden prompts."""
     return json.dumps({"model": spec.model, "gpu": spec.gpu, "flags": spec.engine_flags,
@@ -84,7 +77,7 @@ class QualityBaselines(Generic[T]):
     def ready(self, spec: TrialSpec) -> TrialSpec | None:
         """``spec`` with its reference (or why there is none) when the sweep knows it;
         ``spec`` itself when it needs none; None when its baseline is still to measure."""
-        if not needs_reference(spec):
+        if spec.quality is None or not spec.quality.awaits_reference:
             return spec
         known = self._known.get(baseline_key(self._baseline_of(spec)))
         return None if known is None else _with(spec, known)
@@ -127,12 +120,6 @@ class QualityBaselines(Generic[T]):
                     for k, proposal, spec in self._parked if k == key]
         self._parked = [item for item in self._parked if item[0] != key]
         return released
-
-    def drop_parked(self) -> list[T]:
-        """The parked proposals, given up (the sweep stops)."""
-        dropped = [proposal for _, proposal, _ in self._parked]
-        self._parked = []
-        return dropped
 
     def _baseline_of(self, spec: TrialSpec) -> TrialSpec:
         trial_id = f"s{self.sweep_id}-baseline{self._count}-a1"

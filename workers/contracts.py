@@ -498,6 +498,13 @@ class QualityGate(_Strict):
     """Why the sweep's baseline could not answer (it failed to boot or to answer): the
     check cannot run, and the trial does not boot the baseline again to find out."""
 
+    @property
+    def awaits_reference(self) -> bool:
+        """A golden check that is to run and knows neither the baseline's answers nor why
+        there are none: the baseline must answer before this configuration is checked."""
+        return (self.golden is not None and not self.allow_lossy and self.reference is None
+                and self.reference_unavailable is None)
+
     @model_validator(mode="after")
     def _one_check(self) -> QualityGate:
         if (self.golden is None) == (self.command is None):

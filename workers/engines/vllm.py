@@ -142,7 +142,6 @@ class VllmEngine(EngineAdapter):
             env.pop("CUDA_VISIBLE_DEVICES", None)
         return env
 
-
     # ---- shared caches ----------------------------------------------------------------
 
     _own_caches = False
@@ -182,15 +181,16 @@ class VllmEngine(EngineAdapter):
             return
         lock = BootLock(folder / "locks" / f"{self.compile_key()}.lock")
         began = time.monotonic()
-        if not await lock.acquire(timeout_s, owner=f"trial {self.spec.trial_id}",
-                                  on_wait=self.notes.append):
+        held = await lock.acquire(timeout_s, owner=f"trial {self.spec.trial_id}",
+                                  on_wait=self.notes.append)
+        waited = self.turn_wait_s = time.monotonic() - began
+        if not held:
             self._use_own_caches(
                 f"the compile-cache lock {lock.path} was still held after {timeout_s:g} s "
                 f"(by {lock.holder() or 'another boot'}); compiling in this trial's own "
                 "directory instead of waiting on")
             yield
             return
-        waited = self.turn_wait_s = time.monotonic() - began
         if waited >= LOCK_POLL_S:
             self.notes.append(f"waited {waited:.1f} s for its turn to boot (compile caches "
                               f"in {folder})")

@@ -243,6 +243,7 @@ def test_a_turn_that_never_comes_boots_with_the_trials_own_caches(tmp_path: Path
     lock.release()
     assert 0.5 <= waited < 2
     assert any("still held after 0.5 s (by trial stuck-1" in note for note in engine.notes)
+    assert 0.5 <= engine.turn_wait_s <= waited  # the wait is the boot's, not the server's
 
 
 # ---- the lock between processes ---------------------------------------------------------------
