@@ -431,10 +431,10 @@ def resume(
     except (NotFound, Conflict) as exc:
         raise _fail(str(exc), exit_code(exc)) from None
     console = make_console()
-    from tuner.sweeps import resolve_space
+    from tuner.sweeps import stored_space
 
     kind, gpus, said = _resume_executor(sweep, executor, gpus)
-    runner = _executor(kind, gpus, resolve_space(sweep.space))
+    runner = _executor(kind, gpus, stored_space(sweep.space))
     console.print(f"sweep {sweep.id}: resumes on {runner.choice().describe()}{said}")
     try:
         final = _run(store, url, sweep, runner, console, takeover=takeover)

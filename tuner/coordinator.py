@@ -62,7 +62,7 @@ from tuner.strategies import (
     unplaceable_result,
 )
 from tuner.study import sweep_study
-from tuner.sweeps import SweepBudget, resolve_space
+from tuner.sweeps import SweepBudget, stored_space
 from tuner.twin.calibrations import warm_start
 from workers.contracts import KnobValue, TrialResult, TrialSpec, replica_gpus
 from workers.engines import adapter_for
@@ -147,7 +147,7 @@ class SweepRunner:
             executor, self.share, sweep.id)
         """The search's trials (and quality baselines) in flight."""
         self.on_progress = on_progress
-        self.space: SearchSpace = resolve_space(sweep.space)
+        self.space: SearchSpace = stored_space(sweep.space)
         budget = dict(sweep.budget)
         self.seed = int(budget.pop("seed", 0))
         self.budget = Budget(SweepBudget.model_validate(budget))

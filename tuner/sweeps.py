@@ -23,7 +23,7 @@ from workers.contracts import SLO, ObjectiveMode, Workload
 from workers.loadgen import WorkloadError, load_workload
 from workers.loadgen.workload_files import parse_workload
 
-__all__ = ["SweepBudget", "SweepRequest", "queue_sweep", "resolve_space"]
+__all__ = ["SweepBudget", "SweepRequest", "queue_sweep", "resolve_space", "stored_space"]
 
 
 SEED_MAX = 2**32 - 1
@@ -119,6 +119,11 @@ class SweepRequest(_Request):
 def resolve_space(space: str | dict[str, Any]) -> SearchSpace:
     """The space a request names (raises SpaceError with the file and field)."""
     return parse_space(space, "space") if isinstance(space, dict) else load_space(space)
+
+
+def stored_space(space: dict[str, Any]) -> SearchSpace:
+    """The space a stored sweep runs: as it was checked when the sweep was queued."""
+    return parse_space(space, "stored space", stored=True)
 
 
 def resolve(request: SweepRequest) -> tuple[SearchSpace, Workload, SLO]:

@@ -346,9 +346,10 @@ class SearchSpace(_Strict):
     @classmethod
     def _inline_workload(cls, value: object, info: ValidationInfo) -> object:
         if isinstance(value, dict):
-            base = (info.context or {}).get("base_dir")
+            context = info.context or {}
             try:
-                return parse_workload(value, "workload", base)
+                return parse_workload(value, "workload", context.get("base_dir"),
+                                      stored=bool(context.get("stored")))
             except WorkloadError as exc:
                 raise ValueError(str(exc)) from None
         return value
@@ -610,16 +611,21 @@ def _format(exc: ValidationError, where: str) -> str:
     return "\n".join(lines)
 
 
-def parse_space(data: Any, where: str = "space", base_dir: Path | None = None) -> SearchSpace:
+def parse_space(data: Any, where: str = "space", base_dir: Path | None = None, *,
+                stored: bool = False) -> SearchSpace:
     """Validate loaded YAML data; errors name ``where`` and the field.
 
     ``base_dir`` (the space file's directory) is where an inline workload's trace may live.
+    ``stored`` reads a space slotune stored after checking it at the edge: its trace
+    paths passed the trace rule then and are not judged again (the coordinator that
+    runs it need not share the submitter's ``$SLOTUNE_HOME``).
     """
     if not isinstance(data, dict):
         raise SpaceError(f"{where}: a search space is a mapping of fields, "
                          f"got {type(data).__name__}")
     try:
-        return SearchSpace.model_validate(data, context={"base_dir": base_dir})
+        return SearchSpace.model_validate(data, context={"base_dir": base_dir,
+                                                         "stored": stored})
     except ValidationError as exc:
         raise SpaceError(_format(exc, where)) from None
 

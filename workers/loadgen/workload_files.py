@@ -91,11 +91,14 @@ def check_trace_path(path: str, base: Path | None, where: str) -> Path:
     return resolved
 
 
-def parse_workload(data: Any, where: str, base: Path | None = None) -> Workload:
+def parse_workload(data: Any, where: str, base: Path | None = None, *,
+                   stored: bool = False) -> Workload:
     """Validate already-loaded YAML/JSON data; ``where`` names the source in errors.
 
     A trace path is checked against the trace rule (module docstring) with ``base`` as
-    the workload file's directory, and stored absolute.
+    the workload file's directory, and stored absolute. ``stored`` reads a workload
+    slotune stored once it had passed that check: its absolute path is kept as it is
+    (a relative one, which nothing stores, is still judged).
     """
     if not isinstance(data, dict):
         kind = type(data).__name__
@@ -105,6 +108,8 @@ def parse_workload(data: Any, where: str, base: Path | None = None) -> Workload:
     except ValidationError as exc:
         raise WorkloadError(_format_errors(exc, where)) from None
     if isinstance(workload.dataset, FILE_DATASETS):
+        if stored and Path(workload.dataset.path).is_absolute():
+            return workload
         resolved = check_trace_path(workload.dataset.path, base, where)
         dataset = workload.dataset.model_copy(update={"path": str(resolved)})
         workload = workload.model_copy(update={"dataset": dataset})

@@ -433,8 +433,7 @@ def _mixed_trace(folder: Path) -> Path:
 
 
 def test_a_sweep_whose_ttft_tail_comes_from_its_longest_prompts_names_the_bucket(
-        tmp_path: Path, store: Store, migrated_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("SLOTUNE_HOME", str(tmp_path))  # where a stored sweep's traces may live
+        tmp_path: Path, store: Store, migrated_url: str) -> None:
     trace = _mixed_trace(tmp_path)
     workload = tmp_path / "mixed.yaml"
     workload.write_text(f"name: mixed\ndataset: {{kind: trace, path: {trace.name}, "

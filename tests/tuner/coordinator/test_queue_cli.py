@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,9 +19,10 @@ pytestmark = pytest.mark.slow
 SLOTUNE = str(Path(sys.executable).with_name("slotune"))
 
 
-def slotune(*args: str) -> subprocess.CompletedProcess[str]:
+def slotune(*args: str, env: dict[str, str] | None = None
+            ) -> subprocess.CompletedProcess[str]:
     return subprocess.run([SLOTUNE, *args], capture_output=True, text=True, timeout=300,
-                          stdin=subprocess.DEVNULL)
+                          stdin=subprocess.DEVNULL, env=env)
 
 
 def test_submit_then_the_coordinator_runs_it_and_the_cli_reads_it_back(
@@ -45,6 +48,33 @@ def test_submit_then_the_coordinator_runs_it_and_the_cli_reads_it_back(
     best = slotune("best", "--database-url", migrated_url)
     assert best.returncode == 0 and final.workload in best.stdout
     assert "vllm serve Qwen/Qwen2.5-7B-Instruct" in best.stdout
+
+
+def test_a_sweep_submitted_with_a_trace_workload_file_runs_under_the_coordinator(
+        store: Store, migrated_url: str, tmp_path: Path) -> None:
+    # The trace passed the path rule at submit (it lies beside its workload file); the
+    # coordinator runs the stored space as it is, with no $SLOTUNE_HOME to judge it by.
+    folder = tmp_path / "night"
+    folder.mkdir()
+    (folder / "short.jsonl").write_text("".join(
+        json.dumps({"prompt_len": 64, "output_len": 16}) + "\n" for _ in range(40)))
+    (folder / "short.yaml").write_text(
+        "name: short\ndataset: {kind: trace, path: short.jsonl, use_trace_arrivals: false}\n"
+        "arrivals: {request_rate: 2}\nnum_prompts: 40\n")
+    env = {k: v for k, v in os.environ.items() if k != "SLOTUNE_HOME"}
+    submitted = slotune("sweep", "submit", "--space", "lab", "--strategy", "random",
+                        "--trials", "2", "--mode", "goodput",
+                        "--workload", str(folder / "short.yaml"),
+                        "--database-url", migrated_url, env=env)
+    assert submitted.returncode == 0, submitted.stderr
+    sweep_id = int(submitted.stdout.strip())
+    served = slotune("coordinator", "--executor", "virtual", "--once", "--poll", "0.2",
+                     "--database-url", migrated_url, env=env)
+    assert served.returncode == 0, served.stderr
+    final = store.get_sweep(sweep_id)
+    assert final.status == "done", final.stop_reason
+    trials = store.list_trials(sweep_id).data
+    assert len(trials) == 2 and all(t.status == "ok" for t in trials)
 
 
 def test_cancel_a_queued_sweep(store: Store, migrated_url: str) -> None:
