@@ -385,9 +385,10 @@ def _workload(args: argparse.Namespace) -> tuple[Workload, Path | None]:
     data["dataset"] = _dataset(args, data["dataset"])
     arrivals = data["arrivals"]
     if args.ramp_up_strategy is not None:
-        if args.request_rate is not None:
+        if args.request_rate is not None and math.isfinite(args.request_rate):
             raise UsageError("When using ramp-up, do not specify --request-rate: the ramp-up "
-                             "controls the rate (vllm bench serve's rule)")
+                             "controls the rate; leave it out or give inf (vllm bench "
+                             "serve's rule)")
         if args.ramp_up_start_rps is None or args.ramp_up_end_rps is None:
             raise UsageError("When using --ramp-up-strategy, both --ramp-up-start-rps and "
                              "--ramp-up-end-rps must be specified")

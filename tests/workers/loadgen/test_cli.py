@@ -147,10 +147,12 @@ def test_request_bodies_are_vllms(stub_url: str, tmp_path: Path,
     assert "sk-test-not-logged" not in path.read_text()
 
 
-def test_ramp_up_climbs_and_is_recorded(stub_url: str, tmp_path: Path) -> None:
+# vLLM refuses only a finite --request-rate beside a ramp-up: "inf", its default, runs.
+@pytest.mark.parametrize("rate", [[], ["--request-rate", "inf"]], ids=["no-rate", "rate-inf"])
+def test_ramp_up_climbs_and_is_recorded(rate: list[str], stub_url: str, tmp_path: Path) -> None:
     code = _bench(["--base-url", stub_url, "--model", "m", "--random-input-len", "4",
                    "--random-output-len", "2", "--num-prompts", "40", "--ramp-up-strategy",
-                   "linear", "--ramp-up-start-rps", "5", "--ramp-up-end-rps", "60",
+                   "linear", "--ramp-up-start-rps", "5", "--ramp-up-end-rps", "60", *rate,
                    "--save-result", "--save-detailed", "--result-dir", str(tmp_path)])
     assert code == 0
     path, doc = _only_file(tmp_path)
