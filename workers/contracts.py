@@ -42,6 +42,7 @@ __all__ = [
     "FailureClass",
     "GoldenCheck",
     "KnobValue",
+    "MultiTurnDataset",
     "ObjectiveMode",
     "PhaseTimings",
     "PrefixRepetitionDataset",
@@ -150,6 +151,47 @@ class TraceDataset(_Strict):
     use_trace_arrivals: bool = True
 
 
+class MultiTurnDataset(_Strict):
+    """Conversations: each session's every turn re-sends the conversation so far.
+
+    A session has a number of turns drawn uniformly from ``[min_turns, max_turns]``. Turn
+    1's prompt is the shared system prompt (``system_prompt_len`` tokens, the same for
+    every session) and a user message; turn ``k``'s is turn ``k − 1``'s prompt, the
+    model's answer to it, and a new user message — so a prefix cache can serve everything
+    but the new message. User messages and answers have random lengths in
+    ``[len·(1−r), len·(1+r)]`` (``random``'s rule). Between an answer and the next turn
+    the user thinks ``think_time_s`` (engine seconds): exponential with that mean, or
+    ``constant``.
+
+    Sessions, not requests, arrive by the workload's process: at ``request_rate`` ÷ the
+    mean turns per session, so the run's ``num_prompts`` requests arrive at
+    ``request_rate`` on average. The last session is cut to make ``num_prompts`` requests.
+    """
+
+    kind: Literal["multi_turn"] = "multi_turn"
+    min_turns: int = Field(2, ge=1, le=1000)
+    max_turns: int = Field(6, ge=1, le=1000)
+    system_prompt_len: int = Field(0, ge=0, le=MAX_TOKENS)
+    input_len: int = Field(128, ge=1, le=MAX_TOKENS)
+    """Tokens of each user message."""
+    output_len: int = Field(128, ge=1, le=MAX_TOKENS)
+    """Tokens of each answer."""
+    range_ratio: float = Field(0.0, ge=0.0, lt=1.0)
+    think_time_s: float = Field(1.0, ge=0.0, le=3600.0)
+    think_time: Literal["exponential", "constant"] = "exponential"
+
+    @model_validator(mode="after")
+    def _turns(self) -> MultiTurnDataset:
+        if self.min_turns > self.max_turns:
+            raise ValueError(f"min_turns ({self.min_turns}) must be <= max_turns "
+                             f"({self.max_turns})")
+        return self
+
+    @property
+    def mean_turns(self) -> float:
+        return (self.min_turns + self.max_turns) / 2
+
+
 class ShareGPTDataset(_Strict):
     """``vllm bench serve --dataset-name sharegpt``: a ShareGPT-format JSON file.
 
@@ -197,7 +239,7 @@ class CustomDataset(_Strict):
 
 DatasetConfig = Annotated[
     RandomDataset | ShareGPTLikeDataset | PrefixRepetitionDataset | TraceDataset
-    | ShareGPTDataset | CustomDataset,
+    | ShareGPTDataset | CustomDataset | MultiTurnDataset,
     Field(discriminator="kind"),
 ]
 FILE_DATASETS = (TraceDataset, ShareGPTDataset, CustomDataset)
@@ -699,6 +741,10 @@ class CapacityProbe(_Strict):
     prefix_cache_hit_tokens: float | None = None
     """Prompt tokens served from the prefix cache during this probe (the engine's counter;
     None when its metrics were not scraped)."""
+    in_session_hit_tokens: float | None = None
+    """Of those, the hits on context a conversation re-sent within its own session: the
+    workload's own reuse, not carried over from another probe (``multi_turn`` only;
+    attributed as :mod:`workers.loadgen.sessions` says)."""
     medians_ms: dict[str, float] = Field(default_factory=dict)
     """Median TTFT and TPOT (ms) of the probe's completed requests. Smooth in the engine's
     speed where a short probe's p99 is one request's luck: the twin fits both."""

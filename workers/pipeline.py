@@ -58,6 +58,8 @@ from workers.engines import EngineFailure, boot_phases
 from workers.loadgen.diagnosis import diagnose
 from workers.loadgen.result import OURS, ResultInfo, build_result
 from workers.loadgen.scoring import Score
+from workers.loadgen.scrape import PREFIX_CACHE_HITS
+from workers.loadgen.sessions import session_summary
 from workers.loadgen.symptoms import with_symptoms
 from workers.quality import (
     QUALITY,
@@ -73,7 +75,6 @@ if TYPE_CHECKING:  # annotations only: the pipeline's callers need no HTTP clien
 
 __all__ = [
     "FITS",
-    "PREFIX_HITS",
     "PROBE_SEED_STRIDE",
     "Backend",
     "Measured",
@@ -85,7 +86,6 @@ __all__ = [
 FITS = "fits"
 """The constraint every result carries: ≤ 0 when the configuration booted."""
 PROBE_SEED_STRIDE = 7919
-PREFIX_HITS = "vllm:prefix_cache_hits_total"
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,10 +335,14 @@ async def _capacity(spec: TrialSpec, backend: Backend, timings: dict[str, float 
         sc = measured.score
         held = sc.gate and _over_budget(spec, measured) is None
         runs[rate] = measured
+        hits = measured.run.scrape.counters.get(PREFIX_CACHE_HITS)
+        sessions = session_summary(measured.run.records, hits)
         probes.append(CapacityProbe(
             request_rate=rate, gate_passed=held, request_goodput=sc.request_goodput,
             ratios={c.metric: c.constraint + 1.0 for c in sc.checks},
-            prefix_cache_hit_tokens=measured.run.scrape.counters.get(PREFIX_HITS),
+            prefix_cache_hit_tokens=hits,
+            in_session_hit_tokens=None if sessions is None
+            else sessions["in_session_hit_tokens"],
             medians_ms=probe_medians(sc)))
         try:
             rate = search.send(held)

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import lru_cache
+from itertools import pairwise
 from typing import Any
 
 from pydantic import TypeAdapter
@@ -33,6 +34,7 @@ from workers.contracts import (
     FailureClass,
     GoldenCheck,
     KnobValue,
+    MultiTurnDataset,
     QualityGate,
     TrialResult,
     TrialSpec,
@@ -46,6 +48,7 @@ from workers.loadgen.datasets import sample_requests
 from workers.loadgen.runner import AbortMonitor, BenchmarkRun, EarlyAbort, SendLag
 from workers.loadgen.scoring import Score, score
 from workers.loadgen.scrape import HistogramDelta, ScrapeSummary
+from workers.loadgen.sessions import group_sessions, session_offsets
 from workers.pipeline import Measured, run_pipeline
 from workers.quality import QualityUnavailable
 from workers.sim import tokenizer
@@ -62,7 +65,7 @@ from workers.sim.config import (
     startup_phases,
     weight_bytes,
 )
-from workers.sim.core import EngineCore, RequestRejected
+from workers.sim.core import EngineCore, RequestRejected, SimRequest
 from workers.sim.numerics import greedy_answer
 from workers.sim.simulate import RequestTiming, SimRequestSpec, SimulationResult, simulate
 
@@ -148,24 +151,35 @@ class ProbeRun:
 
 
 def _requests(workload: Workload, config: EngineConfig, n: int,
-              ) -> tuple[list[SimRequestSpec], list[RequestRecord]]:
-    """The workload's requests (the load generator's samplers) and the ones vLLM rejects."""
+              ) -> tuple[list[SimRequestSpec], list[RequestRecord], _Conversations | None]:
+    """The workload's requests (the load generator's samplers), the ones vLLM rejects, and
+    for conversations the driver of their later turns (only first turns are in the list)."""
     prompts = _tokenized(workload.dataset.model_dump_json(), n, workload.seed,
                          config.model.vocab_size)
+    checker = _Admission(config)
+    if isinstance(workload.dataset, MultiTurnDataset):
+        offsets = session_offsets(prompts, workload.dataset, workload.arrivals, workload.seed)
+        conversations = _Conversations(prompts, checker, config.model.vocab_size)
+        return ([s for s in (conversations.first(group, offset) for group, offset
+                             in zip(group_sessions(prompts), offsets, strict=True)) if s],
+                conversations.rejected, conversations)
     offsets = arrival_offsets(len(prompts), workload.arrivals, workload.seed,
                               [p.arrival_offset_s for p in prompts])
-    checker = _Admission(config)
     sims: list[SimRequestSpec] = []
     rejected: list[RequestRecord] = []
     for i, (prompt, offset) in enumerate(zip(prompts, offsets, strict=True)):
         error = checker.error(len(prompt.ids), prompt.output_len)
         if error is not None:  # the server answers 400 at once: a failed row, not a crash
-            t = RequestTimings(target=offset, ready=offset, start=offset, end=offset)
-            rejected.append(RequestRecord(i, prompt.prompt_len, prompt.output_len, t,
-                                          error=f"HTTP 400: {error}"))
+            rejected.append(_rejected(i, prompt.prompt_len, prompt.output_len, offset, error))
             continue
         sims.append(SimRequestSpec(offset, prompt.ids, prompt.output_len, request_id=str(i)))
-    return sims, rejected
+    return sims, rejected, None
+
+
+def _rejected(index: int, prompt_len: int, output_len: int, at: float, error: str,
+              **session: Any) -> RequestRecord:
+    t = RequestTimings(target=at, ready=at, start=at, end=at)
+    return RequestRecord(index, prompt_len, output_len, t, error=f"HTTP 400: {error}", **session)
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +188,61 @@ class _Prompt:
     prompt_len: int
     output_len: int
     arrival_offset_s: float | None
+    session: int | None = None
+    turn: int = 1
+    think_time_s: float = 0.0
+
+
+class _Conversations:
+    """The live runner's sessions in virtual time: as a turn finishes, its session's next
+    turn arrives after its think time, its prompt the finished turn's prompt, the answer
+    the client saw, and the new message (:mod:`workers.loadgen.sessions`)."""
+
+    def __init__(self, prompts: Sequence[_Prompt], checker: _Admission, vocab: int) -> None:
+        self._prompts, self._checker, self._vocab = prompts, checker, vocab
+        self._next: dict[int, int] = {}
+        self.context: dict[int, int] = {}
+        """Index → the conversation tokens its prompt re-sends (the records' context)."""
+        self.rejected: list[RequestRecord] = []
+
+    def first(self, group: list[int], offset: float) -> SimRequestSpec | None:
+        self._next.update(pairwise(group))
+        return self._spec(group[0], offset, self._prompts[group[0]].ids, 0)
+
+    def follow_up(self, req: SimRequest) -> SimRequestSpec | None:
+        after = self._next.get(int(req.request_id))
+        if after is None or req.finish_time is None or req.finish_reason == "abort":
+            return None
+        answer = tuple(tokenizer.word_to_id(w, self._vocab)
+                       for w in req.output_words(0, req.num_output))
+        context = (*req.prompt_ids, *answer)
+        return self._spec(after, req.finish_time + self._prompts[after].think_time_s,
+                          (*context, *self._prompts[after].ids), len(context))
+
+    def _spec(self, index: int, at: float, ids: tuple[int, ...],
+              context: int) -> SimRequestSpec | None:
+        prompt = self._prompts[index]
+        self.context[index] = context
+        error = self._checker.error(len(ids), prompt.output_len)
+        if error is not None:  # the conversation outgrew the context: a 400 ends it
+            self.rejected.append(_rejected(index, len(ids), prompt.output_len, at, error,
+                                           session=prompt.session, turn=prompt.turn,
+                                           context_tokens=context))
+            return None
+        return SimRequestSpec(at, ids, prompt.output_len, request_id=str(index))
+
+    def annotate(self, record: RequestRecord) -> RequestRecord:
+        prompt = self._prompts[record.index]
+        return replace(record, session=prompt.session, turn=prompt.turn,
+                       context_tokens=self.context.get(record.index, 0))
+
+    def unsent(self, sent: set[int], at: float) -> list[RequestRecord]:
+        """Turns never sent: an earlier turn of their session failed, or the engine died."""
+        return [RequestRecord(i, p.prompt_len, p.output_len,
+                              RequestTimings(at, at, at, (), at), session=p.session,
+                              turn=p.turn, error="not sent: an earlier turn of its session "
+                              "failed")
+                for i, p in enumerate(self._prompts) if i not in sent]
 
 
 _DATASET: TypeAdapter[DatasetConfig] = TypeAdapter(DatasetConfig)
@@ -187,7 +256,8 @@ def _tokenized(dataset_json: str, n: int, seed: int, vocab_size: int) -> tuple[_
     seed and vocabulary."""
     specs = sample_requests(_DATASET.validate_json(dataset_json), n, seed)
     return tuple(_Prompt(tuple(tokenizer.encode(req.prompt, vocab_size)), req.prompt_len,
-                         req.output_len, req.arrival_offset_s) for req in specs)
+                         req.output_len, req.arrival_offset_s, req.session, req.turn,
+                         req.think_time_s) for req in specs)
 
 
 class _Admission:
@@ -299,11 +369,19 @@ def _scrape(sim: SimulationResult, records: Sequence[RequestRecord], until: floa
 
 def measure(spec: TrialSpec, config: EngineConfig, workload: Workload) -> ProbeRun:
     """Simulate ``workload`` on ``config`` and score it as the live runner + scorer would."""
-    sims, rejected = _requests(workload, config, workload.num_prompts)
-    n = len(sims) + len(rejected)
-    sim = simulate(config, sims) if sims else _empty(config)
-    records = sorted([*(_record(t, sim.crashed) for t in sim.requests), *rejected],
-                     key=lambda r: r.index)
+    sims, rejected, conversations = _requests(workload, config, workload.num_prompts)
+    if conversations is None:
+        n = len(sims) + len(rejected)
+        sim = simulate(config, sims) if sims else _empty(config)
+        records = [*(_record(t, sim.crashed) for t in sim.requests), *rejected]
+    else:
+        n = workload.num_prompts
+        sim = simulate(config, sims, follow_up=conversations.follow_up) if sims \
+            else _empty(config)
+        records = [conversations.annotate(_record(t, sim.crashed)) for t in sim.requests]
+        records += conversations.rejected
+        records += conversations.unsent({r.index for r in records}, sim.duration)
+    records.sort(key=lambda r: r.index)
     duration = max((_completion_time(r) for r in records), default=0.0)
     abort, cut = _early_abort(records, spec.slo, n) if spec.early_abort else (None, None)
     if cut is not None:

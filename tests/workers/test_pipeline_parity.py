@@ -71,12 +71,16 @@ CASES: dict[str, TrialSpec] = {
     "quality_fails": _spec(knobs={"quantization": "awq"}, quality=QualityGate(
         lossy=("quantization=awq",), baseline={"quantization": None},
         golden=GoldenCheck())),
+    # Conversations: every turn re-sends the last prompt and its answer.
+    "multi_turn": _spec(rate=4.0, workload={"dataset": {
+        "kind": "multi_turn", "min_turns": 2, "max_turns": 4, "system_prompt_len": 64,
+        "input_len": 256, "output_len": 64, "think_time_s": 0.5}}),
 }
 EXPECTED = {
     "feasible": ("ok", None), "rule_broken": ("failed", "invalid_config"),
     "startup_oom": ("failed", "oom"), "early_abort": ("ok", None),
     "capacity_none_passes": ("ok", None), "errors_over_budget": ("failed", "benchmark_errors"),
-    "quality_passes": ("ok", None), "quality_fails": ("ok", None),
+    "quality_passes": ("ok", None), "quality_fails": ("ok", None), "multi_turn": ("ok", None),
 }
 
 
@@ -119,7 +123,18 @@ def test_live_and_virtual_agree(case: str, live: dict[str, TrialResult]) -> None
     assert _metric_fields(real) == _metric_fields(virtual)
     assert set(real.constraints) == set(virtual.constraints)
     assert set(real.slo_margins) == set(virtual.slo_margins)
-    if case == "feasible":
+    if case == "multi_turn":
+        # The same sessions, the same turns; the conversation served from the cache both
+        # ways (the server's counter live, the engine model's in virtual time).
+        live_turns, virtual_turns = (slotune_fields(r.metrics)["sessions"]
+                                     for r in (real, virtual))
+        assert [t["requests"] for t in live_turns["per_turn"]] == \
+            [t["requests"] for t in virtual_turns["per_turn"]]
+        assert [t["mean_prompt_tokens"] for t in live_turns["per_turn"]] == \
+            [t["mean_prompt_tokens"] for t in virtual_turns["per_turn"]]
+        assert live_turns["in_session_hit_rate"] >= 0.9
+        assert virtual_turns["in_session_hit_rate"] >= 0.9
+    if case in ("feasible", "multi_turn"):
         assert real.gate_passed and virtual.gate_passed, (
             {k: real.metrics.get(k) for k in ("p99_ttft_ms", "p99_tpot_ms")},
             slotune_fields(real.metrics).get("send_lag_ms"))

@@ -58,8 +58,10 @@ __all__ = ["REFUSED", "build_parser", "main"]
 PROG = "slotune bench"
 BACKENDS = {"vllm": "completions", "openai": "completions", "openai-chat": "chat"}
 """vLLM's text-generation backends and the endpoint each streams from."""
-DATASETS = ("random", "sharegpt", "custom", "prefix_repetition", "sharegpt-like", "trace")
-"""vLLM's text datasets slotune bench reads, then slotune's own two."""
+DATASETS = ("random", "sharegpt", "custom", "prefix_repetition", "sharegpt-like", "trace",
+            "multi_turn")
+"""vLLM's text datasets slotune bench reads, then slotune's own (vLLM's multi-turn
+benchmark is a script of its own, with no ``--dataset-name``)."""
 PERCENTILE_METRICS = (*SLO_METRICS, *QUEUE_METRICS)
 SAMPLING = ("temperature", "top_p", "top_k", "min_p", "frequency_penalty", "presence_penalty",
             "repetition_penalty")
@@ -217,6 +219,16 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--prefix-repetition-prefix-len", type=int)
     d.add_argument("--prefix-repetition-suffix-len", type=int)
     d.add_argument("--prefix-repetition-output-len", type=int)
+    d.add_argument("--multi-turn-min-turns", type=int, help="slotune: default 2")
+    d.add_argument("--multi-turn-max-turns", type=int, help="slotune: default 6")
+    d.add_argument("--multi-turn-system-prompt-len", type=int,
+                   help="slotune: tokens every session starts with (default 0)")
+    d.add_argument("--multi-turn-input-len", type=int, help="slotune: tokens per user message "
+                   "(default 128)")
+    d.add_argument("--multi-turn-output-len", type=int, help="slotune: tokens per answer "
+                   "(default 128)")
+    d.add_argument("--multi-turn-think-time", type=float,
+                   help="slotune: mean seconds between an answer and the next turn (default 1)")
     t = p.add_argument_group("traffic")
     t.add_argument("--request-rate", type=_rate, help="req/s or inf (default inf)")
     t.add_argument("--burstiness", type=float, help="gamma shape; 1 = Poisson (default)")
@@ -346,12 +358,21 @@ def _dataset(args: argparse.Namespace, current: dict[str, Any]) -> dict[str, Any
             "suffix_len": args.prefix_repetition_suffix_len,
             "output_len": out_len or args.prefix_repetition_output_len,
         },
+        "multi_turn": {
+            "min_turns": args.multi_turn_min_turns,
+            "max_turns": args.multi_turn_max_turns,
+            "system_prompt_len": args.multi_turn_system_prompt_len,
+            "input_len": args.multi_turn_input_len,
+            "output_len": out_len or args.multi_turn_output_len,
+            "think_time_s": args.multi_turn_think_time,
+        },
         "sharegpt": {"output_len": out_len or args.sharegpt_output_len},
         "custom": {"output_len": out_len or args.custom_output_len,
                    "skip_chat_template": args.skip_chat_template or None,
                    "chat_template_kwargs": args.chat_template_kwargs},
     }
-    if kind in ("random", "prefix_repetition", "sharegpt-like") and args.dataset_path:
+    if kind in ("random", "prefix_repetition", "sharegpt-like", "multi_turn") \
+            and args.dataset_path:
         raise UsageError(f"--dataset-path is not used by --dataset-name {kind}; name the "
                          "file's format: sharegpt, custom or trace")
     if kind in ("sharegpt", "custom", "trace"):
@@ -557,7 +578,31 @@ def _verdict(run: BenchmarkRun, doc: dict[str, Any], slo: SLO,
         lines += [f"  knob: {knob}" for knob in diagnosis.knobs]
     elif not run.scrape.available:
         lines.append(f"Diagnosis: none ({run.scrape.error or 'no /metrics'})")
+    lines += _session_lines(ours.get("sessions"))
     lines += [f"warning: {w}" for w in run.warnings]
+    return lines
+
+
+def _session_lines(sessions: dict[str, Any] | None) -> list[str]:
+    """A conversation workload's own block: TTFT by turn, the sessions, the cache hits."""
+    if not sessions:
+        return []
+
+    def ms(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f}"
+
+    lines = [f"Sessions: {sessions['completed_sessions']} of {sessions['sessions']} completed, "
+             f"mean {ms(sessions['mean_session_latency_s'])} s each",
+             "  turn  requests  mean prompt  mean TTFT (ms)  p99 TTFT (ms)"]
+    for row in sessions["per_turn"]:
+        prompt = "-" if row["mean_prompt_tokens"] is None else f"{row['mean_prompt_tokens']:.0f}"
+        lines.append(f"  {row['turn']:>4}  {row['requests']:>8}  {prompt:>11}  "
+                     f"{ms(row['mean_ttft_ms']):>14}  {ms(row['p99_ttft_ms']):>13}")
+    rate = sessions["in_session_hit_rate"]
+    if rate is not None:
+        lines.append(f"Prefix cache: {sessions['in_session_hit_tokens']:.0f} of "
+                     f"{sessions['context_tokens']:.0f} re-sent context tokens hit in session "
+                     f"({rate:.0%}); {sessions['other_hit_tokens']:.0f} other hit tokens")
     return lines
 
 

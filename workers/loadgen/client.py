@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Literal
@@ -93,6 +93,15 @@ class RequestRecord:
     extra: dict[str, Any] = field(default_factory=dict)
     text: str | None = None
     """The generated text, when :attr:`RequestOptions.keep_text` asked for it."""
+    output_ids: tuple[int, ...] | None = None
+    """The generated token ids, when asked for and the server sent them (vLLM's
+    ``return_token_ids``)."""
+    session: int | None = None
+    """The conversation this request is a turn of (``multi_turn``), and which turn."""
+    turn: int | None = None
+    context_tokens: int = 0
+    """Tokens of the prompt its own session had sent or received before: the
+    conversation so far, which a prefix cache may serve (0 for a first turn)."""
 
     @property
     def success(self) -> bool:
@@ -132,16 +141,18 @@ TRIAL_REQUESTS = RequestOptions()
 
 
 def build_payload(endpoint: Endpoint, model: str, prompt: str | list[int], output_len: int,
-                  options: RequestOptions = TRIAL_REQUESTS) -> dict[str, Any]:
+                  options: RequestOptions = TRIAL_REQUESTS, *,
+                  history: Sequence[Mapping[str, str]] = ()) -> dict[str, Any]:
     """The JSON body ``vllm bench serve`` sends, usage streamed, with ``options`` applied.
 
     ``prompt`` is text or token ids (completions only; a chat message is text).
+    ``history`` is a conversation's earlier chat messages, sent before ``prompt``.
     """
     body: dict[str, Any] = {"model": model}
     if endpoint == "chat":
         if not isinstance(prompt, str):
             raise TypeError("a chat request's prompt is text, not token ids")
-        body["messages"] = [{"role": "user", "content": prompt}]
+        body["messages"] = [*history, {"role": "user", "content": prompt}]
         body["max_completion_tokens"] = output_len
     else:
         body.update(prompt=prompt, repetition_penalty=1.0, max_tokens=output_len,
@@ -170,8 +181,9 @@ async def send_request(
     keep_text: bool = False,
 ) -> RequestRecord:
     """Send one streaming request to ``url`` (absolute) and record it; errors become
-    ``RequestRecord.error``."""
-    events = _StreamState(keep_text)
+    ``RequestRecord.error``. A body asking for ``return_token_ids`` keeps the generated
+    ids the chunks carry."""
+    events = _StreamState(keep_text, bool(payload.get("return_token_ids")))
     clock = time.perf_counter
     start = clock() - t0
     error: str | None = None
@@ -219,20 +231,24 @@ async def send_request(
         warmup=warmup,
         extra=extra,
         text="".join(events.text) if keep_text else None,
+        output_ids=tuple(events.output_ids) if events.output_ids is not None else None,
     )
 
 
 class _StreamState:
     """What the SSE events of one response said, fed one line at a time with its arrival."""
 
-    __slots__ = ("chunks", "completion_tokens", "keep_text", "prompt_tokens", "text")
+    __slots__ = ("chunks", "completion_tokens", "keep_ids", "keep_text", "output_ids",
+                 "prompt_tokens", "text")
 
-    def __init__(self, keep_text: bool = False) -> None:
+    def __init__(self, keep_text: bool = False, keep_ids: bool = False) -> None:
         self.chunks: list[float] = []
         self.completion_tokens: list[int] = []
         self.prompt_tokens: int | None = None
         self.keep_text = keep_text
         self.text: list[str] = []
+        self.keep_ids = keep_ids
+        self.output_ids: list[int] | None = None
 
     def feed(self, line: bytes, arrived: float) -> str | None:
         """Take one line; returns an error the stream reported, if this line is one."""
@@ -249,6 +265,10 @@ class _StreamState:
             self.chunks.append(arrived)
             if self.keep_text and isinstance(choices[0], dict):
                 self.text.append(_chunk_text(choices[0]))
+            if self.keep_ids and isinstance(choices[0], dict):
+                ids = choices[0].get("token_ids")
+                if isinstance(ids, list):
+                    self.output_ids = (self.output_ids or []) + [int(i) for i in ids]
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             if isinstance(usage.get("completion_tokens"), int):

@@ -36,6 +36,7 @@ import numpy as np
 from workers.contracts import (
     CustomDataset,
     DatasetConfig,
+    MultiTurnDataset,
     PrefixRepetitionDataset,
     RandomDataset,
     ShareGPTDataset,
@@ -80,6 +81,13 @@ class RequestSpec:
     arrival_offset_s: float | None = None
     word_ids: tuple[int, ...] = ()
     token_ids: tuple[int, ...] = ()
+    session: int | None = None
+    """A conversation's number (``multi_turn``): this request is one of its turns, sent
+    after the previous turn's answer, its prompt that conversation plus this message."""
+    turn: int = 1
+    """Which turn of its session (1 = the first)."""
+    think_time_s: float = 0.0
+    """Engine seconds between the previous turn's answer and this turn."""
 
 
 class TextTokenizer(Protocol):
@@ -183,6 +191,37 @@ def _prefix_repetition(
     for i in range(n):
         ids = np.concatenate([prefixes[int(choice[i])], _ids(rng, cfg.suffix_len)])
         out.append(_synthetic(ids, cfg.output_len))
+    return out
+
+
+def _multi_turn(
+    cfg: MultiTurnDataset, n: int, seed: int, stream: int, _: _Files
+) -> list[RequestSpec]:
+    """Sessions' turns in session order, each turn only its new message: the runner
+    builds the conversation as answers come back. The warm-up stream is first turns sent
+    on their own (a warm-up has no sessions)."""
+    shared, rng = _rngs(seed, stream)
+    system = _ids(shared, cfg.system_prompt_len)
+    r = cfg.range_ratio
+    in_low, in_high = max(int(cfg.input_len * (1 - r)), 1), int(cfg.input_len * (1 + r))
+    out_low, out_high = max(int(cfg.output_len * (1 - r)), 1), int(cfg.output_len * (1 + r))
+    out: list[RequestSpec] = []
+    session = 0
+    while len(out) < n:
+        turns = 1 if stream == WARMUP_STREAM else int(
+            rng.integers(cfg.min_turns, cfg.max_turns + 1))
+        for turn in range(1, min(turns, n - len(out)) + 1):
+            message = _ids(rng, int(rng.integers(in_low, in_high + 1)))
+            ids = np.concatenate([system, message]) if turn == 1 else message
+            think = 0.0 if turn == 1 else (
+                cfg.think_time_s if cfg.think_time == "constant"
+                else float(rng.exponential(cfg.think_time_s)) if cfg.think_time_s > 0 else 0.0)
+            spec = _synthetic(ids, int(rng.integers(out_low, out_high + 1)))
+            out.append(RequestSpec(
+                spec.prompt, spec.prompt_len, spec.output_len, word_ids=spec.word_ids,
+                session=None if stream == WARMUP_STREAM else session, turn=turn,
+                think_time_s=think))
+        session += 1
     return out
 
 
@@ -356,6 +395,7 @@ _REGISTRY: dict[str, _Sampler] = {
     "sharegpt-like": _sharegpt_like,
     "prefix_repetition": _prefix_repetition,
     "trace": _trace,
+    "multi_turn": _multi_turn,
     "sharegpt": _sharegpt,
     "custom": _custom,
 }

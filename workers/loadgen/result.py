@@ -38,6 +38,8 @@ from workers.contracts import SLO, Workload
 from workers.loadgen.arrivals import request_rates
 from workers.loadgen.diagnosis import Diagnosis
 from workers.loadgen.scoring import DEFAULT_PERCENTILES, MetricSummary, Score, summarize
+from workers.loadgen.scrape import PREFIX_CACHE_HITS
+from workers.loadgen.sessions import session_summary
 
 if TYPE_CHECKING:  # annotations only: writing a result needs no HTTP client loaded
     from workers.loadgen.client import Endpoint, RequestRecord
@@ -290,6 +292,9 @@ def _ours(run: BenchmarkRun, score: Score, workload: Workload, slo: SLO, endpoin
         },
         "diagnosis": None if diagnosis is None else diagnosis.to_dict(),
         "metrics_scrape": run.scrape.to_dict(),
+        "sessions": session_summary(
+            run.records, run.scrape.counters.get(PREFIX_CACHE_HITS)
+            if run.scrape.available else None),
     }
 
 

@@ -13,7 +13,7 @@ import contextlib
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -22,13 +22,14 @@ import aiohttp
 import httpx
 import numpy as np
 
-from workers.contracts import SLO, CustomDataset, ShareGPTDataset, Workload
+from workers.contracts import SLO, CustomDataset, MultiTurnDataset, ShareGPTDataset, Workload
 from workers.loadgen.arrivals import arrival_offsets
 from workers.loadgen.client import (
     TRIAL_REQUESTS,
     Endpoint,
     RequestOptions,
     RequestRecord,
+    RequestTimings,
     build_payload,
     endpoint_path,
     send_request,
@@ -36,6 +37,7 @@ from workers.loadgen.client import (
 from workers.loadgen.datasets import WORD_TOKENIZER, RequestSpec, TextTokenizer, sample_run
 from workers.loadgen.scoring import allowed_violations, violated_metrics
 from workers.loadgen.scrape import MetricsScraper, ScrapeSummary
+from workers.loadgen.sessions import Conversation, group_sessions, session_offsets
 from workers.loadgen.tokens import ServerTokenizer, TokenPool, fetch_token_pool
 
 __all__ = [
@@ -271,9 +273,10 @@ async def run_benchmark(
         specs, warm_specs = await _sample(workload, base_dir, base_url, model, options,
                                           verify_tls)
         n = len(specs)  # a trace may hold fewer
-        offsets = arrival_offsets(
-            n, workload.arrivals, workload.seed, [s.arrival_offset_s for s in specs]
-        )
+        sessions = isinstance(workload.dataset, MultiTurnDataset)
+        offsets = session_offsets(specs, workload.dataset, workload.arrivals, workload.seed) \
+            if isinstance(workload.dataset, MultiTurnDataset) else arrival_offsets(
+                n, workload.arrivals, workload.seed, [s.arrival_offset_s for s in specs])
         # Chat messages are text (the template adds its own tokens): lengths come from usage.
         pool = await fetch_token_pool(client, model) if endpoint == "completions" else None
         if ready_timeout_s > 0:
@@ -294,7 +297,7 @@ async def run_benchmark(
             t0 = time.perf_counter()  # the baseline scrape is not part of the run
         started_at = datetime.now()
         try:
-            records, abort, end = await _measure(
+            records, abort, end = await (_measure_sessions if sessions else _measure)(
                 session, specs, offsets, model=model, endpoint=endpoint, url=url, t0=t0, k=k,
                 concurrency=concurrency, deadline_s=deadline_wall, pool=pool,
                 monitor=AbortMonitor(slo if early_abort else None, n), progress=progress,
@@ -466,6 +469,109 @@ async def _measure(
         await asyncio.gather(*tasks, return_exceptions=True)
     done.sort(key=lambda r: r.index)
     return done, monitor.tripped, end
+
+
+async def _measure_sessions(
+    session: aiohttp.ClientSession,
+    specs: list[RequestSpec],
+    offsets: list[float],
+    *,
+    model: str,
+    endpoint: Endpoint,
+    url: str,
+    t0: float,
+    k: float,
+    concurrency: int | None,
+    deadline_s: float,
+    monitor: AbortMonitor,
+    progress: ProgressFn | None,
+    pool: TokenPool | None,
+    options: RequestOptions,
+) -> tuple[list[RequestRecord], EarlyAbort | None, float]:
+    """Conversations: each session starts at its offset and sends its turns one after
+    another, each ``think_time_s`` after the previous answer (:mod:`sessions`). A failed
+    turn ends its session; the turns it never sent are failed records, so the run
+    still scores ``len(specs)`` requests."""
+    slots = asyncio.Semaphore(concurrency) if concurrency else None
+    done: list[RequestRecord] = []
+    stop = asyncio.Event()
+    clock = time.perf_counter
+
+    def finish(record: RequestRecord) -> None:
+        done.append(record)
+        if progress is not None:
+            progress(len(done), len(specs), record)
+        if monitor.observe(record):
+            stop.set()
+
+    async def until(target: float) -> None:
+        delay = target - (clock() - t0)
+        if delay > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), delay)
+
+    async def converse(indices: list[int], offset: float) -> None:
+        conversation = Conversation()
+        target = offset / k
+        last: RequestRecord | None = None
+        for position, i in enumerate(indices):
+            spec = specs[i]
+            if last is not None:  # the user reads the answer, then writes the next turn
+                target = (last.timings.end or clock() - t0) + spec.think_time_s / k
+            await until(target)
+            if stop.is_set():
+                return
+            if slots is not None:
+                await slots.acquire()
+            try:
+                chat = endpoint == "chat"
+                message = spec.prompt if chat or conversation.ids is None \
+                    else _prompt(spec, pool, endpoint)
+                prompt = conversation.prompt(message, chat)
+                payload = build_payload(endpoint, model, prompt, spec.output_len, options,
+                                        history=conversation.messages if chat else ())
+                if isinstance(prompt, list):
+                    payload["return_token_ids"] = True
+                record = await send_request(
+                    session, url, payload, index=i, prompt_len=spec.prompt_len, t0=t0,
+                    target=target, ready=max(target, clock() - t0), deadline_s=deadline_s,
+                    headers=_headers(options, i), keep_text=True)
+            finally:
+                if slots is not None:
+                    slots.release()
+            answered = replace(record, session=spec.session, turn=spec.turn,
+                               context_tokens=conversation.context_tokens)
+            finish(answered if options.keep_text else replace(answered, text=None))
+            if not record.success:
+                for j in indices[position + 1:]:
+                    finish(_unsent(specs[j], j, answered, clock() - t0))
+                return
+            conversation.answered(prompt, spec.prompt, answered)
+            last = answered
+
+    tasks = [asyncio.create_task(converse(group, offset))
+             for group, offset in zip(group_sessions(specs), offsets, strict=True)]
+    waiter = asyncio.ensure_future(stop.wait())
+    pending: set[asyncio.Future[Any]] = {*tasks}
+    while pending and not stop.is_set():
+        _, pending = await asyncio.wait({*pending, waiter},
+                                        return_when=asyncio.FIRST_COMPLETED)
+        pending.discard(waiter)
+    waiter.cancel()
+    end = clock() - t0
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    done.sort(key=lambda r: r.index)
+    return done, monitor.tripped, end
+
+
+def _unsent(spec: RequestSpec, index: int, failed: RequestRecord, now: float) -> RequestRecord:
+    """A turn its session never sent: an earlier turn failed."""
+    return RequestRecord(
+        index=index, prompt_len=spec.prompt_len, requested_output_len=spec.output_len,
+        timings=RequestTimings(now, now, now, (), now), session=spec.session, turn=spec.turn,
+        error=f"not sent: turn {failed.turn} of its session failed ({failed.error})")
 
 
 def run_benchmark_sync(*args: Any, **kwargs: Any) -> BenchmarkRun:

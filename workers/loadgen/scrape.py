@@ -22,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 __all__ = [
     "GAUGES",
     "HISTOGRAMS",
+    "PREFIX_CACHE_HITS",
     "HistogramDelta",
     "MetricsScraper",
     "ScrapeSummary",
@@ -30,6 +31,8 @@ __all__ = [
     "summarise",
 ]
 
+PREFIX_CACHE_HITS = "vllm:prefix_cache_hits_total"
+"""Prompt tokens the engine served from its prefix cache (a counter)."""
 GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
 _GAUGE_ALIASES = {"vllm:gpu_cache_usage_perc": "vllm:kv_cache_usage_perc"}  # vLLM < 0.10
 COUNTERS = (
@@ -37,7 +40,7 @@ COUNTERS = (
     "vllm:prompt_tokens_total",
     "vllm:generation_tokens_total",
     "vllm:prefix_cache_queries_total",
-    "vllm:prefix_cache_hits_total",
+    PREFIX_CACHE_HITS,
     "vllm:request_success_total",
 )
 HISTOGRAMS = (

@@ -62,6 +62,8 @@ class _GenerationParams(BaseModel):
     stream_options: StreamOptions | None = None
     n: int = Field(default=1, ge=1, le=1)
     temperature: float | None = None
+    return_token_ids: bool = False
+    """vLLM's: each streamed chunk carries its new tokens' ids (``token_ids``)."""
 
 
 class CompletionRequest(_GenerationParams):
@@ -279,7 +281,8 @@ class SimServer:
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
             return StreamingResponse(
-                self._stream(handle, request_id, chat=chat, include_usage=include_usage),
+                self._stream(handle, request_id, chat=chat, include_usage=include_usage,
+                             token_ids=body.return_token_ids),
                 media_type="text/event-stream",
             )
         words: list[str] = []
@@ -316,7 +319,7 @@ class SimServer:
                 "total_tokens": req.num_prompt + req.num_output}
 
     async def _stream(self, handle: RequestHandle, request_id: str, *, chat: bool,
-                      include_usage: bool) -> AsyncIterator[bytes]:
+                      include_usage: bool, token_ids: bool = False) -> AsyncIterator[bytes]:
         engine = self._engine()
         head = json.dumps({"id": request_id,
                            "object": "chat.completion.chunk" if chat else "text_completion",
@@ -332,12 +335,16 @@ class SimServer:
         else:
             before, after = ',"choices":[{"index":0,"text":', \
                 ',"logprobs":null,"finish_reason":'
-        closing = ',"stop_reason":null}]' if not chat else "}]"
+        closing = ',"stop_reason":null' if not chat else ""
+        vocab = self.config.model.vocab_size
 
-        def chunk(text: str, reason: str | None) -> bytes:
+        def chunk(words: list[str], reason: str | None) -> bytes:
             finish = "null" if reason is None else f'"{reason}"'
+            text = "".join(f" {w}" for w in words)
+            ids = "" if not token_ids else \
+                f',"token_ids":[{",".join(str(tokenizer.word_to_id(w, vocab)) for w in words)}]'
             return f"data: {head}{before}{json.dumps(text)}" \
-                   f"{'}' if chat else ''}{after}{finish}{closing}{usage_tail}".encode()
+                   f"{'}' if chat else ''}{after}{finish}{closing}{ids}}}]{usage_tail}".encode()
 
         first = True
         try:
@@ -352,7 +359,7 @@ class SimServer:
                            ',"choices":[{"index":0,"delta":{"role":"assistant","content":""},'
                            f'"logprobs":null,"finish_reason":null}}]{usage_tail}').encode()
                 first = False
-                yield chunk("".join(f" {w}" for w in event.words), event.finish_reason)
+                yield chunk(event.words, event.finish_reason)
                 if event.finish_reason is not None:
                     break
             if include_usage:

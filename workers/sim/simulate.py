@@ -7,8 +7,9 @@ result holds every request's timestamps and the metric time series a scraper wou
 
 from __future__ import annotations
 
+import heapq
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 
@@ -28,6 +29,10 @@ class SimRequestSpec:
     ignore_eos: bool = True
     min_tokens: int = 0
     request_id: str | None = None
+
+
+FollowUp = Callable[[SimRequest], SimRequestSpec | None]
+"""Given a request that just finished, the request it leads to, if any."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,31 +123,34 @@ def _timing(req: SimRequest) -> RequestTiming:
 
 
 def simulate(config: EngineConfig, requests: Sequence[SimRequestSpec], *,
-             cost_model: CostModel | None = None, lazy_decode: bool = True) -> SimulationResult:
+             cost_model: CostModel | None = None, lazy_decode: bool = True,
+             follow_up: FollowUp | None = None) -> SimulationResult:
     """Run ``requests`` through a fresh engine in virtual time.
 
+    ``follow_up`` is asked, as each request finishes, for the request it leads to (a
+    conversation's next turn, arriving after its think time): closed-loop load.
     Deterministic: the same config (seed, noise) and requests give identical timings.
     Raises :class:`~workers.sim.core.RequestRejected` for a request vLLM would refuse.
     """
     core = EngineCore(config, cost_model, lazy_decode=lazy_decode)
-    order = sorted(range(len(requests)), key=lambda i: requests[i].arrival_time)
+    # (arrival, order, spec): arrivals in time order, ties in the order given
+    pending = [(spec.arrival_time, i, spec) for i, spec in enumerate(requests)]
+    heapq.heapify(pending)
+    added = len(pending)
     tracked: list[SimRequest] = []
     series = MetricSeries()
-    start = requests[order[0]].arrival_time if order else 0.0
+    start = pending[0][0] if pending else 0.0
     now = start
-    idx = 0
     crashed: str | None = None
-    n = len(order)
-    while idx < n or core.has_work():
-        while idx < n and requests[order[idx]].arrival_time <= now:
-            spec = requests[order[idx]]
+    while pending or core.has_work():
+        while pending and pending[0][0] <= now:
+            _, order, spec = heapq.heappop(pending)
             tracked.append(core.add_request(
-                spec.request_id or f"req-{order[idx]}", list(spec.prompt_ids), spec.max_tokens,
+                spec.request_id or f"req-{order}", list(spec.prompt_ids), spec.max_tokens,
                 spec.arrival_time, min_tokens=spec.min_tokens, ignore_eos=spec.ignore_eos,
             ))
-            idx += 1
         if not core.has_work():
-            now = requests[order[idx]].arrival_time
+            now = pending[0][0]
             continue
         try:
             result = core.step(now)
@@ -153,6 +161,12 @@ def simulate(config: EngineConfig, requests: Sequence[SimRequestSpec], *,
         if result is None:  # pragma: no cover - the memory plan guarantees one request fits
             raise RuntimeError("engine stalled with work queued")
         now = result.end_time
+        if follow_up is not None:
+            for req in result.finished:
+                after = follow_up(req)
+                if after is not None:
+                    heapq.heappush(pending, (after.arrival_time, added, after))
+                    added += 1
         gauges = core.gauges()
         series.time.append(now)
         series.num_requests_running.append(gauges.num_requests_running)
