@@ -123,3 +123,35 @@ def test_the_same_command_line_gives_the_same_result_file(
     if case == "custom":
         their_rps = [e["rps"] for e in theirs["rps_change_events"]]
         assert [e["rps"] for e in ours["rps_change_events"]] == their_rps
+
+
+def test_a_ramp_up_beside_request_rate_inf_runs_in_both_tools(
+        server: str, datasets: dict[str, Path], tmp_path: Path) -> None:
+    line = [*_command_lines(datasets)["custom"], "--request-rate", "inf"]
+    for tool in ("vllm", "slotune"):
+        (tmp_path / tool).mkdir()
+        _, doc = _run(tool, server, line, tmp_path / tool)
+        assert doc["completed"] == 20 and doc["ramp_up_strategy"] == "linear"
+
+
+def test_a_multi_turn_bench_reads_its_in_session_hits_off_the_servers_counters(
+        server: str, tmp_path: Path) -> None:
+    # vLLM's own bench has no multi-turn dataset: slotune's, against the real server.
+    line = ["--dataset-name", "multi_turn", "--multi-turn-min-turns", "3",
+            "--multi-turn-max-turns", "4", "--multi-turn-input-len", "160",
+            "--multi-turn-output-len", "24", "--multi-turn-think-time", "0.2",
+            "--num-prompts", "14", "--request-rate", "2", "--num-warmups", "0",
+            "--save-result", "--save-detailed"]
+    _, doc = _run("slotune", server, line, tmp_path)
+    sessions = doc["slotune"]["sessions"]
+    assert doc["completed"] == 14 and sessions["completed_sessions"] == sessions["sessions"]
+    turns = sessions["per_turn"]
+    assert [t["turn"] for t in turns][:3] == [1, 2, 3]
+    assert all(t["mean_ttft_ms"] is not None for t in turns)
+    # Each turn re-sent the last prompt and its answer (the server's own token ids, asked
+    # for with return_token_ids): the server counted exactly that many more tokens.
+    assert turns[1]["mean_prompt_tokens"] == turns[0]["mean_prompt_tokens"] + 24 + 160
+    counters = doc["slotune"]["metrics_scrape"]["counters"]
+    assert counters["vllm:prefix_cache_hits_total"] == sessions["prefix_cache_hit_tokens"] > 0
+    # The server's cache holds whole blocks: most of what the sessions re-sent hit.
+    assert sessions["in_session_hit_rate"] >= 0.5, sessions
