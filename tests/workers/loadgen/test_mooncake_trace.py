@@ -4,16 +4,20 @@ errors that name the line and field, and trace arrivals rescaled to a rate."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from tuner.cli import main as slotune
 from workers.contracts import Arrivals, MooncakeTraceDataset, TraceDataset, TraceFields, Workload
 from workers.loadgen.arrivals import arrival_offsets
 from workers.loadgen.datasets import DatasetError, sample_requests, sample_run
+from workers.loadgen.mooncake import TraceLogError, convert_log, dump_trace, sample_trace
+from workers.loadgen.workload_files import load_workload
 
 BLOCK = 8  # small blocks keep the prompts short; the rule is the same at 512
 
@@ -160,3 +164,103 @@ def test_a_plain_trace_is_rescaled_the_same_way(tmp_path: Path) -> None:
     assert arrival_offsets(3, Arrivals(), 0, stamps) == [0.0, 1.0, 4.0]
     assert arrival_offsets(3, Arrivals(request_rate=1), 0, stamps) == pytest.approx(
         [0.0, 0.5, 2.0])
+
+
+# --- the shipped sample and the mooncake-sample workload -----------------------------------
+
+
+def test_the_shipped_sample_is_the_generators_output() -> None:
+    shipped = Path(load_workload("mooncake-sample")[0].dataset.path)  # type: ignore[union-attr]
+    assert shipped.read_text(encoding="utf-8") == dump_trace(sample_trace())
+
+
+def test_the_sample_has_shared_system_prompts_and_multi_round_prefixes() -> None:
+    workload, base = load_workload("mooncake-sample")
+    assert isinstance(workload.dataset, MooncakeTraceDataset)
+    assert base is not None and Path(workload.dataset.path).is_relative_to(base)
+    rows = [json.loads(line) for line in Path(workload.dataset.path).read_text().splitlines()]
+    assert len(rows) == workload.num_prompts == 200
+    first_blocks = Counter(r["hash_ids"][0] for r in rows)
+    assert first_blocks.most_common(1)[0][1] >= 40  # one application's system prompt, widely
+    # a later round starts with an earlier round's whole prompt, minus its partial block
+    extended = sum(1 for i, r in enumerate(rows) for q in rows[:i]
+                   if len(q["hash_ids"]) > 1 and r["hash_ids"][:len(q["hash_ids"]) - 1]
+                   == q["hash_ids"][:-1] and len(r["hash_ids"]) > len(q["hash_ids"]))
+    assert extended >= 20
+    reqs = sample_requests(workload.dataset, workload.num_prompts, workload.seed)
+    assert [r.prompt_len for r in reqs] == [r["input_length"] for r in rows]  # every line valid
+
+
+# --- converting a request log -------------------------------------------------------------
+
+
+def test_convert_shares_a_keyed_prefixs_full_blocks_in_time_order() -> None:
+    log = "\n".join(json.dumps(r) for r in [
+        {"timestamp": 10.0, "input_length": 1100, "output_length": 20, "prefix_key": "sys",
+         "prefix_length": 1100},
+        {"timestamp": 10.5, "input_length": 1030, "output_length": 9, "prefix_key": "sys",
+         "prefix_length": 1030},
+        {"timestamp": 9.25, "input_length": 300, "output_length": 5},
+    ])
+    rows = convert_log(log, fmt="jsonl", timestamp_unit="s")
+    assert [r["timestamp"] for r in rows] == [0, 750, 1250]  # ms from the first request
+    assert [r["output_length"] for r in rows] == [5, 20, 9]
+    first, a, b = (r["hash_ids"] for r in rows)
+    assert a[:2] == b[:2] and a[2] != b[2]  # two full shared blocks, then their own
+    assert len(set(first) & set(a)) == 0
+    # what the converter writes is what the dataset reads, block for block
+    assert all(len(r["hash_ids"]) == -(-r["input_length"] // 512) for r in rows)
+
+
+def test_convert_reads_csv_with_block_ids_and_milliseconds(tmp_path: Path) -> None:
+    log = ("timestamp,input_length,output_length,prefix_ids\n"
+           "5000,20,3,a b c\n"
+           "5100,17,2,a b x\n")
+    rows = convert_log(log, fmt="csv", timestamp_unit="ms", block_size=8)
+    assert [r["timestamp"] for r in rows] == [0, 100]
+    assert [r["hash_ids"] for r in rows] == [[0, 1, 2], [0, 1, 3]]
+    path = tmp_path / "t.jsonl"
+    path.write_text(dump_trace(rows))
+    a, b = sample_requests(_trace(path), 2, 0)
+    assert a.word_ids[:16] == b.word_ids[:16] and a.word_ids[16] != b.word_ids[16]
+
+
+@pytest.mark.parametrize(("fmt", "log", "message"), [
+    ("jsonl", '{"timestamp": 1, "input_length": 4, "output_length": 1}\n{"timestamp": "x"}',
+     r"log:2: field 'timestamp' must be a number, got 'x'"),
+    ("jsonl", '{"timestamp": 1, "input_length": 0, "output_length": 1}',
+     r"log:1: field 'input_length' must be an integer >= 1"),
+    ("jsonl", '{"timestamp": 1, "input_length": 600, "output_length": 1, "prefix_ids": [1]}',
+     r"log:1: field 'prefix_ids' has 1 id\(s\), but 'input_length' 600 takes 2 block\(s\)"),
+    ("jsonl", '{"timestamp": 1, "input_length": 60, "output_length": 1, "prefix_key": "k",'
+              ' "prefix_length": 70}', r"log:1: field 'prefix_length' \(70\) exceeds"),
+    ("jsonl", '{"timestamp": 1, "input_length": 60, "output_length": 1, "prefix_key": "k"}',
+     r"log:1: 'prefix_key' needs 'prefix_length'"),
+    ("jsonl", "[1, 2]", r"log:1: expected a JSON object"),
+    ("csv", "timestamp,input_length\n1,2\n", r"log:1: the CSV header lacks output_length"),
+    ("csv", "timestamp,input_length,output_length\n1,2,3\n2,x,3\n",
+     r"log:3: field 'input_length' must be a number, got 'x'"),
+    ("jsonl", "\n", r"log: holds no requests"),
+])
+def test_convert_names_the_bad_line_and_field(fmt: Literal["jsonl", "csv"], log: str,
+                                              message: str) -> None:
+    with pytest.raises(TraceLogError, match=message):
+        convert_log(log, fmt=fmt, timestamp_unit="s")
+
+
+def test_slotune_trace_convert(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "log.csv"
+    log.write_text("timestamp,input_length,output_length,prefix_key,prefix_length\n"
+                   "0,600,4,sys,512\n0.5,700,4,sys,512\n")
+    out = tmp_path / "trace.jsonl"
+    with pytest.raises(SystemExit) as done:
+        slotune(["trace", "convert", str(log), str(out)])
+    assert done.value.code == 0
+    assert "2 requests, 1 of their blocks repeat an earlier one" in capsys.readouterr().out
+    reqs = sample_requests(MooncakeTraceDataset(path=str(out)), 2, 0)
+    assert reqs[0].word_ids[:512] == reqs[1].word_ids[:512]
+    log.write_text("timestamp,input_length,output_length\n0,600,4\n1,-3,4\n")
+    with pytest.raises(SystemExit) as done:
+        slotune(["trace", "convert", str(log), str(out)])
+    assert done.value.code == 2
+    assert "log.csv:3: field 'input_length' must be an integer >= 1" in capsys.readouterr().err
