@@ -71,12 +71,16 @@ CASES: dict[str, TrialSpec] = {
     "quality_fails": _spec(knobs={"quantization": "awq"}, quality=QualityGate(
         lossy=("quantization=awq",), baseline={"quantization": None},
         golden=GoldenCheck())),
+    # trace replay with block reuse, rescaled to the workload's 3 req/s
+    "mooncake_trace": _spec(prompts=40, workload={
+        "dataset": load_workload("mooncake-sample")[0].dataset.model_dump()}),
 }
 EXPECTED = {
     "feasible": ("ok", None), "rule_broken": ("failed", "invalid_config"),
     "startup_oom": ("failed", "oom"), "early_abort": ("ok", None),
     "capacity_none_passes": ("ok", None), "errors_over_budget": ("failed", "benchmark_errors"),
     "quality_passes": ("ok", None), "quality_fails": ("ok", None),
+    "mooncake_trace": ("ok", None),
 }
 
 
@@ -140,6 +144,10 @@ def test_live_and_virtual_agree(case: str, live: dict[str, TrialResult]) -> None
         assert real.quality.agreement == virtual.quality.agreement
         assert real.quality.passed is virtual.quality.passed is (case == "quality_passes")
         assert (real.constraints["quality"] <= 0) is (case == "quality_passes")
+    if case == "mooncake_trace":  # both engines see the trace's shared blocks
+        for result in (real, virtual):
+            assert result.diagnosis is not None
+            assert result.diagnosis["evidence"]["prefix_cache_hit_rate"] > 0.3
     if case == "quality_passes":
         assert real.objective > 0 and real.metrics  # checked, then measured as usual
     if case == "quality_fails":
