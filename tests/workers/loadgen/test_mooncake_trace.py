@@ -17,7 +17,7 @@ from workers.contracts import Arrivals, MooncakeTraceDataset, TraceDataset, Trac
 from workers.loadgen.arrivals import arrival_offsets
 from workers.loadgen.datasets import DatasetError, sample_requests, sample_run
 from workers.loadgen.mooncake import TraceLogError, convert_log, dump_trace, sample_trace
-from workers.loadgen.workload_files import load_workload
+from workers.loadgen.workload_files import WorkloadError, load_workload
 
 BLOCK = 8  # small blocks keep the prompts short; the rule is the same at 512
 
@@ -264,3 +264,20 @@ def test_slotune_trace_convert(tmp_path: Path, capsys: pytest.CaptureFixture[str
         slotune(["trace", "convert", str(log), str(out)])
     assert done.value.code == 2
     assert "log.csv:3: field 'input_length' must be an integer >= 1" in capsys.readouterr().err
+
+
+def test_a_workload_files_mooncake_trace_obeys_the_path_rule(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SLOTUNE_HOME", raising=False)
+    folder = tmp_path / "w"
+    folder.mkdir()
+    _write(folder, ROWS, "trace.jsonl")
+    good = folder / "good.yaml"
+    good.write_text("dataset: {kind: mooncake_trace, path: trace.jsonl, block_size: 8}\n")
+    workload, _ = load_workload(str(good))
+    assert workload.dataset.path == str(folder / "trace.jsonl")  # type: ignore[union-attr]
+    _write(tmp_path, ROWS, "outside.jsonl")
+    bad = folder / "bad.yaml"
+    bad.write_text("dataset: {kind: mooncake_trace, path: ../outside.jsonl}\n")
+    with pytest.raises(WorkloadError, match="a trace file must live under the workload file"):
+        load_workload(str(bad))
