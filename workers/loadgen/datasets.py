@@ -313,7 +313,8 @@ def _mooncake_entry(line: str, where: str, cfg: MooncakeTraceDataset, blocks: _B
     offset: float | None = None
     if arrivals:
         stamp = row.get(keys.timestamp)
-        if not isinstance(stamp, int | float) or isinstance(stamp, bool) or not stamp >= 0:
+        if (not isinstance(stamp, int | float) or isinstance(stamp, bool)
+                or not 0 <= stamp < math.inf):  # JSON from Python may hold NaN, Infinity
             raise DatasetError(f"{where}: field {keys.timestamp!r} must be a number >= 0 "
                                f"(the arrival, in units of {cfg.timestamp_s:g} s), got "
                                f"{stamp!r}; or set use_trace_arrivals off")

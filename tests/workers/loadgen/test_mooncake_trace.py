@@ -99,6 +99,8 @@ def test_blocks_depend_on_the_seed_and_warmup_has_blocks_of_its_own(tmp_path: Pa
     ({"input_length": 4, "output_length": 1}, r"t\.jsonl:2: field 'timestamp' must be a number"),
     ({"timestamp": -5, "input_length": 4, "output_length": 1},
      r"t\.jsonl:2: field 'timestamp' must be a number >= 0"),
+    ({"timestamp": float("inf"), "input_length": 4, "output_length": 1},
+     r"t\.jsonl:2: field 'timestamp' must be a number >= 0"),
 ])
 def test_a_bad_line_names_its_line_and_field(tmp_path: Path, row: dict[str, Any],
                                              message: str) -> None:
