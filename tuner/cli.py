@@ -20,6 +20,7 @@ from tuner.cli_api import api_command
 from tuner.cli_db import db_app
 from tuner.cli_plan import plan_command
 from tuner.cli_sweep import best_command, coordinator_command, sweep_app
+from tuner.cli_trace import trace_app
 from tuner.cli_trial import trial_app
 from tuner.db.errors import StorageError, exit_code
 
@@ -34,6 +35,7 @@ sim_app = typer.Typer(help="The simulated vLLM engine.", no_args_is_help=True)
 app.add_typer(sim_app, name="sim")
 app.add_typer(db_app, name="db")
 app.add_typer(trial_app, name="trial")
+app.add_typer(trace_app, name="trace")
 app.command("api")(api_command)
 app.add_typer(sweep_app, name="sweep")
 app.command("coordinator")(coordinator_command)

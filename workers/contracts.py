@@ -42,6 +42,7 @@ __all__ = [
     "FailureClass",
     "GoldenCheck",
     "KnobValue",
+    "MooncakeTraceDataset",
     "MultiTurnDataset",
     "ObjectiveMode",
     "PhaseTimings",
@@ -55,6 +56,7 @@ __all__ = [
     "ShareGPTLikeDataset",
     "SimOptions",
     "TraceDataset",
+    "TraceFields",
     "TrialResult",
     "TrialSpec",
     "TrialStatus",
@@ -123,13 +125,23 @@ class ShareGPTLikeDataset(_Strict):
 
 
 class PrefixRepetitionDataset(_Strict):
-    """vLLM's ``prefix_repetition``: ``num_prefixes`` shared prefixes, random suffixes."""
+    """vLLM's ``prefix_repetition``: ``num_prefixes`` shared prefixes, random suffixes.
+
+    Each request picks one prefix. ``popularity: uniform`` (the default, vLLM's) picks
+    each prefix equally often; ``zipf`` picks the prefix of rank ``k`` (1-based) with
+    probability ∝ ``1 / k ** zipf_s`` — a few hot documents or agent system prompts and
+    a long cold tail, the shape RAG and agent traffic has (slotune's extension; with
+    the default the requests are exactly vLLM's for the same seed).
+    """
 
     kind: Literal["prefix_repetition"] = "prefix_repetition"
     num_prefixes: int = Field(10, ge=1)
     prefix_len: int = Field(256, ge=0)
     suffix_len: int = Field(256, ge=0)
     output_len: int = Field(128, ge=1)
+    popularity: Literal["uniform", "zipf"] = "uniform"
+    zipf_s: float = Field(1.1, gt=0, le=20)
+    """The Zipf exponent ``s`` (> 0; larger is more skewed), used when popularity is zipf."""
 
     @model_validator(mode="after")
     def _non_empty(self) -> PrefixRepetitionDataset:
@@ -142,8 +154,10 @@ class TraceDataset(_Strict):
     """A JSONL trace: one request a line, ``{"offset_s", "prompt" | "prompt_len", "output_len"}``.
 
     ``offset_s`` is the arrival time from the start of the run (seconds, engine time);
-    a trace's arrivals replace the workload's ``arrivals``. A relative ``path`` is
-    resolved against the workload file's directory.
+    a trace's arrivals replace the workload's arrival process: replayed as recorded
+    while ``arrivals.request_rate`` is ``inf`` (the default), rescaled to a finite one
+    (:func:`workers.loadgen.arrivals.arrival_offsets`; a capacity probe's rate, for
+    one). A relative ``path`` is resolved against the workload file's directory.
     """
 
     kind: Literal["trace"] = "trace"
@@ -190,6 +204,53 @@ class MultiTurnDataset(_Strict):
     @property
     def mean_turns(self) -> float:
         return (self.min_turns + self.max_turns) / 2
+
+
+class TraceFields(_Strict):
+    """The JSON keys a :class:`MooncakeTraceDataset` line is read with (vLLM's
+    ``--timed-trace-label-*``); Mooncake's own names by default."""
+
+    timestamp: str = Field("timestamp", min_length=1)
+    input_length: str = Field("input_length", min_length=1)
+    output_length: str = Field("output_length", min_length=1)
+    hash_ids: str = Field("hash_ids", min_length=1)
+
+
+class MooncakeTraceDataset(_Strict):
+    """A Mooncake-format trace (FAST'25): JSONL, one request a line, with its block structure.
+
+    ``{"timestamp": 27482, "input_length": 6955, "output_length": 52, "hash_ids": [46, 47,
+    …]}``: ``timestamp`` is the arrival from the trace's start, in units of
+    ``timestamp_s`` seconds (Mooncake's are milliseconds: 0.001); ``hash_ids`` name the
+    prompt's successive blocks of ``block_size`` tokens (Mooncake's 512), so two requests
+    that share a hash id share that block's tokens exactly, and a prefix cache sees the
+    trace's reuse. The prompt is ``input_length`` tokens: every block in full but the
+    last, which is cut to what is left — the format's rule, ``len(hash_ids) =
+    ceil(input_length / block_size)`` (AIPerf's "(num_hash_ids − 1) · block_size +
+    final_block_size"; vLLM's timed_trace cuts the same way). A line whose length
+    disagrees with its hash ids is an error; a line without hash ids gets a prompt of
+    its own (no reuse).
+
+    Arrivals: with ``use_trace_arrivals`` (the default) the trace's timestamps are the
+    schedule — as recorded while the workload's ``arrivals.request_rate`` is ``inf``;
+    rescaled to a finite rate so the mean rate is that rate and the bursts keep their
+    shape (every gap times one factor). The capacity search sets each probe's rate, so
+    each probe replays the trace compressed or stretched to that rate. Without it the
+    timestamps are ignored and the workload's arrival process applies (vLLM's
+    ``--no-self-timed``). ``fields`` renames the keys (vLLM's ``--timed-trace-label-*``).
+
+    A block's tokens are drawn from ``(seed, hash_id)``: a capacity probe (its own seed)
+    gets fresh blocks, so no probe is served from an earlier probe's cache, while the
+    reuse inside a run is the trace's.
+    """
+
+    kind: Literal["mooncake_trace"] = "mooncake_trace"
+    path: str = Field(min_length=1)
+    block_size: int = Field(512, ge=1, le=1_000_000)
+    timestamp_s: float = Field(0.001, gt=0)
+    """Seconds per timestamp unit: 0.001 for Mooncake's milliseconds, 1 for seconds."""
+    use_trace_arrivals: bool = True
+    fields: TraceFields = Field(default_factory=TraceFields)
 
 
 class ShareGPTDataset(_Strict):
@@ -239,10 +300,10 @@ class CustomDataset(_Strict):
 
 DatasetConfig = Annotated[
     RandomDataset | ShareGPTLikeDataset | PrefixRepetitionDataset | TraceDataset
-    | ShareGPTDataset | CustomDataset | MultiTurnDataset,
+    | MooncakeTraceDataset | ShareGPTDataset | CustomDataset | MultiTurnDataset,
     Field(discriminator="kind"),
 ]
-FILE_DATASETS = (TraceDataset, ShareGPTDataset, CustomDataset)
+FILE_DATASETS = (TraceDataset, MooncakeTraceDataset, ShareGPTDataset, CustomDataset)
 """Datasets read from a file named by ``path`` (one rule for where it may live)."""
 
 

@@ -75,12 +75,16 @@ CASES: dict[str, TrialSpec] = {
     "multi_turn": _spec(rate=4.0, workload={"dataset": {
         "kind": "multi_turn", "min_turns": 2, "max_turns": 4, "system_prompt_len": 64,
         "input_len": 256, "output_len": 64, "think_time_s": 0.5}}),
+    # trace replay with block reuse, rescaled to the workload's 3 req/s
+    "mooncake_trace": _spec(prompts=40, workload={
+        "dataset": load_workload("mooncake-sample")[0].dataset.model_dump()}),
 }
 EXPECTED = {
     "feasible": ("ok", None), "rule_broken": ("failed", "invalid_config"),
     "startup_oom": ("failed", "oom"), "early_abort": ("ok", None),
     "capacity_none_passes": ("ok", None), "errors_over_budget": ("failed", "benchmark_errors"),
     "quality_passes": ("ok", None), "quality_fails": ("ok", None), "multi_turn": ("ok", None),
+    "mooncake_trace": ("ok", None),
 }
 
 
@@ -155,6 +159,10 @@ def test_live_and_virtual_agree(case: str, live: dict[str, TrialResult]) -> None
         assert real.quality.agreement == virtual.quality.agreement
         assert real.quality.passed is virtual.quality.passed is (case == "quality_passes")
         assert (real.constraints["quality"] <= 0) is (case == "quality_passes")
+    if case == "mooncake_trace":  # both engines see the trace's shared blocks
+        for result in (real, virtual):
+            assert result.diagnosis is not None
+            assert result.diagnosis["evidence"]["prefix_cache_hit_rate"] > 0.3
     if case == "quality_passes":
         assert real.objective > 0 and real.metrics  # checked, then measured as usual
     if case == "quality_fails":

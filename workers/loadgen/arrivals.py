@@ -7,10 +7,17 @@ burstiness, scale = 1 / (rate · burstiness), so the mean rate is ``rate`` for a
 burstiness, and the schedule is rescaled to last exactly ``n / rate`` as vLLM's is. Under
 a ramp-up each gap is drawn at the rate of the request it leads to (vLLM's per-request
 rate).
+
+A trace's own timestamps win over the arrival process. At ``request_rate: inf`` they are
+replayed as recorded; at a finite rate (a workload's, or a capacity probe's) they are
+rescaled — every gap times one factor, so the bursts and lulls keep their shape — to
+span ``(n − 1) / rate``, the span of ``n`` evenly spaced requests at that rate: the
+trace's mean rate becomes the rate asked for.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -31,10 +38,12 @@ def arrival_offsets(
     """Start offsets in engine seconds, one per request, in order.
 
     ``trace_offsets``, when every entry is set, win over the arrival process (kept in the
-    trace's order, the earliest moved to 0). Otherwise ``vllm bench serve``'s schedule:
-    request ``i`` waits ``i + 1`` gaps (the first request waits one too), and at a fixed
-    rate the offsets are rescaled so the last is exactly ``n / rate`` — the mean rate is
-    the rate asked for, whatever the draw (vLLM's normalisation). A ramp-up is not
+    trace's order, the earliest moved to 0), rescaled to a finite ``request_rate`` (module
+    docstring; a trace whose requests all share one timestamp stays one burst). Otherwise
+    ``vllm bench serve``'s schedule: request ``i`` waits ``i + 1`` gaps (the first request
+    waits one too), and at a fixed rate the offsets are rescaled so the last is exactly
+    ``n / rate`` — the mean rate is the rate asked for, whatever the draw (vLLM's
+    normalisation). A ramp-up is not
     rescaled; ``constant`` arrivals start at 0 and are ``1 / rate`` apart.
     """
     if n <= 0:
@@ -42,7 +51,13 @@ def arrival_offsets(
     if trace_offsets is not None and all(o is not None for o in trace_offsets[:n]):
         offsets = [float(o) for o in trace_offsets[:n] if o is not None]
         first = min(offsets)  # a trace's clock may not start at 0; ours does
-        return [o - first for o in offsets]
+        shifted = [o - first for o in offsets]
+        span = max(shifted)
+        rate = arrivals.request_rate
+        if arrivals.ramp_up is None and math.isfinite(rate) and span > 0:
+            factor = (len(shifted) - 1) / rate / span
+            return [o * factor for o in shifted]
+        return shifted
     rates = np.asarray(request_rates(n, arrivals))
     if np.isinf(rates).all():
         return [0.0] * n

@@ -11,7 +11,9 @@ vLLM options this tool cannot honour (other backends, Hugging Face and multimoda
 datasets, LoRA, profiling, plots, …) are refused with a sentence that says why; options
 about vLLM's client-side tokenizer are accepted with a note, because token counts come
 from the server's own ``/tokenize``. slotune's extras: ``--workload NAME|FILE`` (a base
-the dataset and traffic options override), ``--slo`` (goodput targets in one string,
+the dataset and traffic options override), ``--dataset-name mooncake_trace`` (a
+Mooncake trace; vLLM's ``timed_trace`` reads the same format and maps onto it with vLLM's
+defaults), ``--prefix-repetition-zipf-s``, ``--slo`` (goodput targets in one string,
 ``p:95`` sets the percentile), ``--early-abort``, ``--time-scale``, ``--request-timeout``,
 ``--no-scrape``, ``--quiet``.
 
@@ -58,10 +60,15 @@ __all__ = ["REFUSED", "build_parser", "main"]
 PROG = "slotune bench"
 BACKENDS = {"vllm": "completions", "openai": "completions", "openai-chat": "chat"}
 """vLLM's text-generation backends and the endpoint each streams from."""
-DATASETS = ("random", "sharegpt", "custom", "prefix_repetition", "sharegpt-like", "trace",
-            "multi_turn")
-"""vLLM's text datasets slotune bench reads, then slotune's own (vLLM's multi-turn
+DATASETS = ("random", "sharegpt", "custom", "prefix_repetition", "timed_trace", "sharegpt-like",
+            "trace", "mooncake_trace", "multi_turn")
+"""vLLM's text datasets slotune bench reads, then slotune's own four (vLLM's multi-turn
 benchmark is a script of its own, with no ``--dataset-name``)."""
+TRACE_DATASETS = ("trace", "timed_trace", "mooncake_trace")
+"""The datasets whose lines carry their own arrival times (``--self-timed``)."""
+TIMED_TRACE_DEFAULTS = {"block_size": 16, "timestamp_s": 1.0}
+"""``vllm bench serve``'s defaults for timed_trace (``--timed-trace-chunk-hash-size 16``,
+``--timed-trace-sec-multiplier 1``); ``mooncake_trace`` keeps Mooncake's (512, ms)."""
 PERCENTILE_METRICS = (*SLO_METRICS, *QUEUE_METRICS)
 SAMPLING = ("temperature", "top_p", "top_k", "min_p", "frequency_penalty", "presence_penalty",
             "repetition_penalty")
@@ -78,7 +85,6 @@ VLLM_DATASETS_REFUSED = {
     "custom_audio": "it is audio; slotune bench sends text",
     "spec_bench": "it downloads its questions; put them in a custom JSONL file",
     "speed_bench": "it downloads its questions; put them in a custom JSONL file",
-    "timed_trace": "use --dataset-name trace (JSONL with offset_s, prompt_len, output_len)",
     "sonnet": "vLLM 0.32 dropped it; cut text slices into a custom JSONL file instead",
 }
 
@@ -107,8 +113,6 @@ REFUSED: tuple[_Refused, ...] = (
              "1"),
     _Refused(("--use-beam-search",), "beam search is not a streamed sampling mode the "
              "OpenAI endpoints serve"),
-    _Refused(("--self-timed", "--no-self-timed"), "it belongs to --dataset-name "
-             "timed_trace; a --dataset-name trace keeps its own offset_s arrivals"),
     _Refused(("--probe-request-rate",), "side-channel probe requests are not sent by "
              "slotune bench; measure the probe load as its own run", "1", harmless="0"),
     _Refused(("--enable-multimodal-chat",), "slotune bench sends text only"),
@@ -127,10 +131,6 @@ REFUSED: tuple[_Refused, ...] = (
     _Refused(("--blazedit-min-distance", "--blazedit-max-distance", "--asr-max-audio-len-sec",
               "--asr-min-audio-len-sec", "--bfcl-categories"),
              "it belongs to a Hugging Face dataset, which slotune bench does not load", "1"),
-    _Refused(("--timed-trace-chunk-hash-size", "--timed-trace-sec-multiplier",
-              "--timed-trace-label-timestamp", "--timed-trace-label-input-length",
-              "--timed-trace-label-output-length", "--timed-trace-label-hash-ids"),
-             "it belongs to timed_trace; use --dataset-name trace", "1"),
     _Refused(("--random-mm-base-items-per-request", "--random-mm-num-mm-items-range-ratio",
               "--random-mm-limit-mm-per-prompt", "--random-mm-bucket-config"),
              "random-mm is multimodal; slotune bench sends text only", "1"),
@@ -201,6 +201,9 @@ def build_parser() -> argparse.ArgumentParser:
                    " or a workload YAML file, as the base the options below override")
     d.add_argument("--dataset-name", help=f"{', '.join(DATASETS)} (default random)")
     d.add_argument("--dataset-path", help="the ShareGPT JSON, custom JSONL or trace JSONL file")
+    d.add_argument("--self-timed", action=argparse.BooleanOptionalAction, default=None,
+                   help="send a trace's requests at its own timestamps (default for the "
+                   "trace datasets); --no-self-timed: the --request-rate arrivals instead")
     d.add_argument("--num-prompts", type=int, help="requests to measure (default 1000)")
     d.add_argument("--seed", type=int, help="default 0")
     d.add_argument("--input-len", type=int, help="= --random-input-len")
@@ -229,6 +232,23 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default 128)")
     d.add_argument("--multi-turn-think-time", type=float,
                    help="slotune: mean seconds between an answer and the next turn (default 1)")
+    d.add_argument("--prefix-repetition-zipf-s", type=float, metavar="S",
+                   help="slotune: choose prefix k with probability ∝ 1/k^S (Zipf popularity: a "
+                   "few hot prefixes, a long tail) instead of uniformly")
+    d.add_argument("--timed-trace-chunk-hash-size", type=int, metavar="TOKENS",
+                   help="tokens per hash id (block size): default 16 for timed_trace "
+                   "(vLLM's), 512 for mooncake_trace (Mooncake's)")
+    d.add_argument("--timed-trace-sec-multiplier", type=float, metavar="X",
+                   help="seconds per timestamp unit: default 1 for timed_trace (vLLM's), "
+                   "0.001 (milliseconds) for mooncake_trace")
+    d.add_argument("--timed-trace-label-timestamp", help="JSON key of the arrival time "
+                   "(default timestamp)")
+    d.add_argument("--timed-trace-label-input-length", help="JSON key of the prompt length "
+                   "(default input_length)")
+    d.add_argument("--timed-trace-label-output-length", help="JSON key of the output length "
+                   "(default output_length)")
+    d.add_argument("--timed-trace-label-hash-ids", help="JSON key of the block hash ids "
+                   "(default hash_ids)")
     t = p.add_argument_group("traffic")
     t.add_argument("--request-rate", type=_rate, help="req/s or inf (default inf)")
     t.add_argument("--burstiness", type=float, help="gamma shape; 1 = Poisson (default)")
@@ -345,7 +365,19 @@ def _dataset(args: argparse.Namespace, current: dict[str, Any]) -> dict[str, Any
     if kind not in DATASETS:
         raise UsageError(f"--dataset-name {kind!r}: expected one of {', '.join(DATASETS)}")
     data = dict(current) if kind == current.get("kind") else {"kind": kind}
+    if kind == "timed_trace":  # vLLM's name for the Mooncake format, with vLLM's defaults
+        data = {"kind": "mooncake_trace", **TIMED_TRACE_DEFAULTS}
+        if current.get("kind") == "mooncake_trace" and "path" in current:
+            data["path"] = current["path"]
     out_len = args.output_len
+    labels = {"timestamp": args.timed_trace_label_timestamp,
+              "input_length": args.timed_trace_label_input_length,
+              "output_length": args.timed_trace_label_output_length,
+              "hash_ids": args.timed_trace_label_hash_ids}
+    trace_flags = {"block_size": args.timed_trace_chunk_hash_size,
+                   "timestamp_s": args.timed_trace_sec_multiplier,
+                   "fields": ({**data.get("fields", {}), **{k: v for k, v in labels.items() if v}}
+                              if any(labels.values()) else None)}
     flags: dict[str, dict[str, Any]] = {
         "random": {"input_len": args.input_len or args.random_input_len,
                    "output_len": out_len or args.random_output_len,
@@ -357,6 +389,8 @@ def _dataset(args: argparse.Namespace, current: dict[str, Any]) -> dict[str, Any
             "prefix_len": args.prefix_repetition_prefix_len,
             "suffix_len": args.prefix_repetition_suffix_len,
             "output_len": out_len or args.prefix_repetition_output_len,
+            "popularity": None if args.prefix_repetition_zipf_s is None else "zipf",
+            "zipf_s": args.prefix_repetition_zipf_s,
         },
         "multi_turn": {
             "min_turns": args.multi_turn_min_turns,
@@ -366,6 +400,7 @@ def _dataset(args: argparse.Namespace, current: dict[str, Any]) -> dict[str, Any
             "output_len": out_len or args.multi_turn_output_len,
             "think_time_s": args.multi_turn_think_time,
         },
+        "timed_trace": trace_flags,
         "sharegpt": {"output_len": out_len or args.sharegpt_output_len},
         "custom": {"output_len": out_len or args.custom_output_len,
                    "skip_chat_template": args.skip_chat_template or None,
@@ -374,8 +409,14 @@ def _dataset(args: argparse.Namespace, current: dict[str, Any]) -> dict[str, Any
     if kind in ("random", "prefix_repetition", "sharegpt-like", "multi_turn") \
             and args.dataset_path:
         raise UsageError(f"--dataset-path is not used by --dataset-name {kind}; name the "
-                         "file's format: sharegpt, custom or trace")
-    if kind in ("sharegpt", "custom", "trace"):
+                         "file's format: sharegpt, custom, trace, timed_trace or mooncake_trace")
+    if kind in TRACE_DATASETS:
+        if args.self_timed is not None:
+            data["use_trace_arrivals"] = args.self_timed
+    elif args.self_timed:
+        raise UsageError(f"--self-timed: --dataset-name {kind} has no timestamps to keep; "
+                         f"it applies to {', '.join(TRACE_DATASETS)}")
+    if kind in ("sharegpt", "custom", *TRACE_DATASETS):
         if args.dataset_path:
             data["path"] = args.dataset_path
         elif "path" not in data:
@@ -385,7 +426,7 @@ def _dataset(args: argparse.Namespace, current: dict[str, Any]) -> dict[str, Any
         data["oversample"] = not args.no_oversample
     for kind_name, fields in flags.items():
         given = {k: v for k, v in fields.items() if v is not None}
-        if kind_name == kind:
+        if kind_name == kind or (kind_name == "timed_trace" and kind == "mooncake_trace"):
             data.update(given)
             continue
         # --output-len maps onto every dataset (vLLM's rule); the other flags belong to one
@@ -424,6 +465,8 @@ def _workload(args: argparse.Namespace) -> tuple[Workload, Path | None]:
                        ("max_concurrency", args.max_concurrency)):
         if value is not None:
             arrivals[key] = value
+    if _rate_ignored(args, data["dataset"]):
+        arrivals["request_rate"] = math.inf
     for key, value in (("num_prompts", args.num_prompts), ("warmup_requests", args.num_warmups),
                        ("seed", args.seed), ("request_timeout_s", args.request_timeout)):
         if value is not None:
@@ -436,6 +479,13 @@ def _workload(args: argparse.Namespace) -> tuple[Workload, Path | None]:
             f"{err['msg'].removeprefix('Value error, ')}" for err in exc.errors()
         )
         raise UsageError(f"invalid workload after applying flags: {problems}") from None
+
+
+def _rate_ignored(args: argparse.Namespace, dataset: dict[str, Any]) -> bool:
+    """vLLM's timed_trace under --self-timed (its default) ignores --request-rate: the
+    trace's own times are sent. (slotune's mooncake_trace rescales them to the rate.)"""
+    return (args.dataset_name == "timed_trace" and dataset.get("use_trace_arrivals", True)
+            and args.request_rate is not None and math.isfinite(args.request_rate))
 
 
 def _slo(args: argparse.Namespace) -> SLO:
@@ -488,7 +538,8 @@ def _options(args: argparse.Namespace, workload: Workload, err: Console) -> Requ
         headers["Authorization"] = f"Bearer {os.environ['OPENAI_API_KEY']}"
     headers.update(_pairs(args.header, "--header"))
     # vLLM ignores EOS for its random dataset; slotune's synthetic sets are fixed-length too
-    fixed_length = workload.dataset.kind in ("random", "sharegpt-like", "trace")
+    fixed_length = workload.dataset.kind in ("random", "sharegpt-like", "trace",
+                                             "mooncake_trace")
     return RequestOptions(sampling=sampling, ignore_eos=args.ignore_eos or fixed_length,
                           extra_body=args.extra_body or {}, logprobs=args.logprobs,
                           headers=headers, request_id_prefix=args.request_id_prefix,
@@ -625,6 +676,11 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     for key, note in TOKENIZER_NOTES.items():
         if getattr(args, key) is not None:
             err.print(f"note: {note.format(value=getattr(args, key))}", markup=False)
+    if _rate_ignored(args, workload.dataset.model_dump()):
+        err.print(f"note: --request-rate {args.request_rate:g} is ignored under --self-timed, "
+                  "as vllm bench serve ignores it: the trace's own times are sent (use "
+                  "--dataset-name mooncake_trace to rescale the trace to a rate, or "
+                  "--no-self-timed for that rate's arrivals)")
     if args.result_filename and not (args.save_result or args.append_result):
         err.print("note: --result-filename without --save-result or --append-result: no file "
                   "is written (vllm bench serve's rule)")

@@ -10,7 +10,9 @@ simulated engine, whose tokens are words, reads the same way.
 
 Shared parts of a dataset (a common prefix, the prefix pool) come from the seed alone;
 per-request parts come from ``(seed, stream)``, so warm-up requests (stream 1) never
-shift the measured ones (stream 0).
+shift the measured ones (stream 0). A Mooncake trace's blocks come from
+``(seed, stream, hash_id)``: shared wherever the trace shares them, and its warm-up
+requests, of the trace's own shapes, never warm the measured requests' blocks.
 
 File datasets in vLLM's formats (``sharegpt``, ``custom``) are real text: their lengths
 in tokens, and a custom prompt's chat template, come from a :class:`TextTokenizer` —
@@ -34,8 +36,10 @@ from typing import Any, Protocol
 import numpy as np
 
 from workers.contracts import (
+    MAX_TOKENS,
     CustomDataset,
     DatasetConfig,
+    MooncakeTraceDataset,
     MultiTurnDataset,
     PrefixRepetitionDataset,
     RandomDataset,
@@ -186,7 +190,11 @@ def _prefix_repetition(
 ) -> list[RequestSpec]:
     shared, rng = _rngs(seed, stream)
     prefixes = [_ids(shared, cfg.prefix_len) for _ in range(cfg.num_prefixes)]
-    choice = rng.integers(0, cfg.num_prefixes, size=n)
+    if cfg.popularity == "zipf":
+        weights = 1.0 / np.arange(1, cfg.num_prefixes + 1) ** cfg.zipf_s
+        choice = rng.choice(cfg.num_prefixes, size=n, p=weights / weights.sum())
+    else:  # vLLM's uniform draw, unchanged, so its requests stay the same for a seed
+        choice = rng.integers(0, cfg.num_prefixes, size=n)
     out: list[RequestSpec] = []
     for i in range(n):
         ids = np.concatenate([prefixes[int(choice[i])], _ids(rng, cfg.suffix_len)])
@@ -274,6 +282,96 @@ def _trace_entry(line: str, where: str, rng: np.random.Generator, arrivals: bool
         raise DatasetError(f"{where}: needs 'prompt' (text) or 'prompt_len' (integer >= 1)")
     arrival = float(offset) if arrivals and isinstance(offset, int | float) else None
     return RequestSpec(prompt, prompt_len, output_len, arrival)
+
+
+def _mooncake_trace(
+    cfg: MooncakeTraceDataset, n: int, seed: int, stream: int, files: _Files
+) -> list[RequestSpec]:
+    path = files.resolve(cfg.path)
+    blocks = _Blocks(seed, stream, cfg.block_size)
+    _shared, rng = _rngs(seed, stream)  # the prompts of lines without hash ids
+    out: list[RequestSpec] = []
+    for lineno, line in enumerate(files.read(path, "trace").splitlines(), start=1):
+        if len(out) >= n:
+            break
+        if not line.strip():
+            continue
+        out.append(_mooncake_entry(line, f"{path}:{lineno}", cfg, blocks, rng,
+                                   arrivals=cfg.use_trace_arrivals and stream != WARMUP_STREAM))
+    if not out:
+        raise DatasetError(f"trace file {path}: holds no requests")
+    return out
+
+
+class _Blocks:
+    """A trace's blocks as word ids: block ``h`` is drawn from ``(seed, stream, h)`` once,
+    so every request naming ``h`` gets the same tokens. The warm-up stream has blocks of
+    its own: warming up must not put the measured requests' blocks in the cache."""
+
+    def __init__(self, seed: int, stream: int, size: int) -> None:
+        self._seed, self._stream, self._size = seed, stream, size
+        self._cache: dict[int, np.ndarray[Any, Any]] = {}
+
+    def get(self, hash_id: int) -> np.ndarray[Any, Any]:
+        block = self._cache.get(hash_id)
+        if block is None:
+            rng = np.random.default_rng([self._seed, self._stream, _BLOCK_SALT, hash_id])
+            block = self._cache[hash_id] = _ids(rng, self._size)
+        return block
+
+
+_BLOCK_SALT = 0x6D6F6F6E  # keeps block streams apart from the per-request streams
+
+
+def _mooncake_entry(line: str, where: str, cfg: MooncakeTraceDataset, blocks: _Blocks,
+                    rng: np.random.Generator, *, arrivals: bool) -> RequestSpec:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise DatasetError(f"{where}: not valid JSON ({exc.msg})") from exc
+    if not isinstance(row, dict):
+        raise DatasetError(f"{where}: expected a JSON object, got {type(row).__name__}")
+    keys = cfg.fields
+    input_len = _count(row, keys.input_length, where)
+    output_len = _count(row, keys.output_length, where)
+    hash_ids = row.get(keys.hash_ids, [])
+    if not isinstance(hash_ids, list) or not all(
+            isinstance(h, int) and not isinstance(h, bool) and h >= 0 for h in hash_ids):
+        raise DatasetError(f"{where}: field {keys.hash_ids!r} must be a list of integers >= 0 "
+                           f"(one per {cfg.block_size}-token block), got {hash_ids!r}")
+    size = cfg.block_size
+    if hash_ids and not (len(hash_ids) - 1) * size < input_len <= len(hash_ids) * size:
+        need = -(-input_len // size)
+        raise DatasetError(
+            f"{where}: field {keys.input_length!r} is {input_len} tokens, which takes "
+            f"{need} block(s) of {size}, but field {keys.hash_ids!r} names {len(hash_ids)}; "
+            f"a trace's hash ids cover its prompt, the last block cut short "
+            f"({len(hash_ids)} ids fit {(len(hash_ids) - 1) * size + 1}–"
+            f"{len(hash_ids) * size} tokens). Is block_size (--timed-trace-chunk-hash-size) "
+            "the trace's own?")
+    offset: float | None = None
+    if arrivals:
+        stamp = row.get(keys.timestamp)
+        if (not isinstance(stamp, int | float) or isinstance(stamp, bool)
+                or not 0 <= stamp < math.inf):  # JSON from Python may hold NaN, Infinity
+            raise DatasetError(f"{where}: field {keys.timestamp!r} must be a number >= 0 "
+                               f"(the arrival, in units of {cfg.timestamp_s:g} s), got "
+                               f"{stamp!r}; or set use_trace_arrivals off")
+        offset = float(stamp) * cfg.timestamp_s
+    if hash_ids:
+        ids = np.concatenate([blocks.get(h) for h in hash_ids])[:input_len]
+    else:
+        ids = _ids(rng, input_len)
+    spec = _synthetic(ids, output_len)
+    return RequestSpec(spec.prompt, spec.prompt_len, output_len, offset, spec.word_ids)
+
+
+def _count(row: dict[str, Any], key: str, where: str) -> int:
+    value = row.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_TOKENS:
+        raise DatasetError(f"{where}: field {key!r} must be an integer in [1, {MAX_TOKENS}] "
+                           f"(tokens), got {value!r}")
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -396,6 +494,7 @@ _REGISTRY: dict[str, _Sampler] = {
     "prefix_repetition": _prefix_repetition,
     "trace": _trace,
     "multi_turn": _multi_turn,
+    "mooncake_trace": _mooncake_trace,
     "sharegpt": _sharegpt,
     "custom": _custom,
 }

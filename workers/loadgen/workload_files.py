@@ -9,7 +9,8 @@ someone else may have written,
 so where it may point is fixed: it must resolve — symlinks followed — inside the
 workload file's own directory, or inside ``$SLOTUNE_HOME`` when that is set. A relative
 path resolves against the workload file's directory (for a workload given inline, with
-no file, against ``$SLOTUNE_HOME``). ``../../etc/passwd``, an absolute path elsewhere and
+no file, against ``$SLOTUNE_HOME``; for a built-in, against the package's
+``workloads`` folder, where its trace ships). ``../../etc/passwd``, an absolute path elsewhere and
 a symlink pointing out are refused with the rule. Once checked, the path is stored
 absolute, so a trial reads the same file from any working directory. (A trace given
 directly on the command line, ``slotune bench --dataset-path``, is the caller's own
@@ -133,7 +134,8 @@ def load_workload(name_or_path: str) -> tuple[Workload, Path | None]:
             raise WorkloadError(str(exc)) from None
         return parse_workload(data, where, base), base
     else:
-        resource = resources.files(_PACKAGE).joinpath("workloads").joinpath(f"{name_or_path}.yaml")
+        folder = resources.files(_PACKAGE).joinpath("workloads")
+        resource = folder.joinpath(f"{name_or_path}.yaml")
         if not resource.is_file():
             valid = ", ".join(builtin_workloads())
             raise WorkloadError(
@@ -144,4 +146,6 @@ def load_workload(name_or_path: str) -> tuple[Workload, Path | None]:
             data = load_yaml(resource.read_text(encoding="utf-8"), where)
         except YamlInputError as exc:
             raise WorkloadError(str(exc)) from None
-    return parse_workload(data, where), None
+        # a built-in's trace ships beside it (package data): the same rule as a user's file
+        base = Path(str(folder)) if isinstance(folder, Path) else None
+    return parse_workload(data, where, base), base

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 from loadgen_procs import free_port
 
@@ -181,7 +182,12 @@ def test_append_result_adds_one_line_per_run(stub_url: str, tmp_path: Path) -> N
     (["--lora-modules", "a", "b"], "--lora-modules is not supported"),
     (["--plot-timeline"], "--plot-timeline is not supported"),
     (["--probe-request-rate", "2"], "--probe-request-rate is not supported"),
-    (["--no-self-timed"], "--no-self-timed is not supported: it belongs to --dataset-name"),
+    (["--self-timed"], "--self-timed: --dataset-name random has no timestamps to keep"),
+    (["--dataset-name", "timed_trace"], "--dataset-name timed_trace needs --dataset-path"),
+    (["--timed-trace-chunk-hash-size", "16"], "use --dataset-name timed_trace"),
+    (["--prefix-repetition-zipf-s", "1.2"], "use --dataset-name prefix_repetition"),
+    (["--dataset-name", "prefix_repetition", "--prefix-repetition-zipf-s", "0"],
+     "zipf_s: Input should be greater than 0"),
     (["--hf-split", "train"], "--hf-split is not supported"),
     (["--backend", "openai-audio"], "--backend openai-audio is not supported"),
     (["--dataset-name", "hf"], "--dataset-name hf is not supported"),
@@ -277,3 +283,76 @@ def test_ready_check_waits_for_a_first_success_then_gives_up(
 def test_every_request_failed_exits_1(stub_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     code = _bench(["--base-url", stub_url, "--model", "broken", "--num-prompts", "2"])
     assert code == 1 and "every request failed" in capsys.readouterr().err
+
+
+TIMED_ROWS = [  # 16-token blocks (vLLM's default chunk), timestamps in seconds
+    {"timestamp": 0, "input_length": 20, "output_length": 2, "hash_ids": [1, 2]},
+    {"timestamp": 0.3, "input_length": 18, "output_length": 2, "hash_ids": [1, 3]},
+    {"timestamp": 0.6, "input_length": 16, "output_length": 2, "hash_ids": [1]},
+]
+
+
+def _timed_trace(folder: Path) -> Path:
+    path = folder / "timed.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in TIMED_ROWS))
+    return path
+
+
+def test_timed_trace_is_read_as_vllm_reads_it(stub_url: str, tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    prefix = f"tt-{uuid.uuid4().hex[:6]}-"
+    out = tmp_path / "r.json"
+    code = _bench(["--base-url", stub_url, "--model", "m", "--dataset-name", "timed_trace",
+                   "--dataset-path", str(_timed_trace(tmp_path)), "--request-rate", "100",
+                   "--request-id-prefix", prefix, "--save-result", "--save-detailed",
+                   "--result-dir", str(tmp_path), "--result-filename", out.name])
+    assert code == 0
+    assert "--request-rate 100 is ignored under --self-timed" in capsys.readouterr().err
+    doc = json.loads(out.read_text())
+    assert doc["slotune"]["workload"]["dataset"]["block_size"] == 16
+    starts = sorted(doc["start_times"])
+    assert list(np.diff(starts)) == pytest.approx(
+        [0.3, 0.3], abs=0.08)  # the trace's own seconds, not 100 req/s
+    sent = sorted(_sent(stub_url, prefix), key=lambda r: r["request_id"])
+    words = [r["body"]["prompt"].split() for r in sent]
+    assert [len(w) for w in words] == [20, 18, 16]
+    assert words[0][:16] == words[1][:16] == words[2]  # hash id 1: one block, shared
+    assert words[0][16:18] != words[1][16:]  # ids 2 and 3: blocks of their own
+    assert all(r["body"]["ignore_eos"] is True for r in sent)  # the trace's output lengths
+
+
+def test_mooncake_trace_is_rescaled_to_the_request_rate(stub_url: str, tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    code = _bench(["--base-url", stub_url, "--model", "m", "--dataset-name", "mooncake_trace",
+                   "--dataset-path", str(_timed_trace(tmp_path)),
+                   "--timed-trace-chunk-hash-size", "16", "--timed-trace-sec-multiplier", "1",
+                   "--request-rate", "20", "--save-result", "--save-detailed",
+                   "--result-dir", str(tmp_path), "--result-filename", out.name])
+    assert code == 0
+    starts = sorted(json.loads(out.read_text())["start_times"])
+    assert starts[-1] - starts[0] == pytest.approx(2 / 20, abs=0.05)  # 0.6 s squeezed
+
+
+def test_a_trace_read_with_the_wrong_block_size_says_so(stub_url: str, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]
+                                                        ) -> None:
+    code = main(["--base-url", stub_url, "--model", "m",
+                 "--dataset-name", "mooncake_trace", "--dataset-path",
+                 str(_timed_trace(tmp_path)), "--timed-trace-chunk-hash-size", "8"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "timed.jsonl:1: field 'input_length' is 20 tokens" in err
+    assert "Is block_size (--timed-trace-chunk-hash-size) the trace's own?" in err
+
+
+def test_prefix_repetition_zipf_flag(stub_url: str, tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    code = _bench(["--base-url", stub_url, "--model", "m", "--dataset-name",
+                   "prefix_repetition", "--prefix-repetition-num-prefixes", "3",
+                   "--prefix-repetition-prefix-len", "4", "--prefix-repetition-suffix-len", "2",
+                   "--prefix-repetition-output-len", "2", "--prefix-repetition-zipf-s", "1.5",
+                   "--num-prompts", "6", "--save-result", "--result-dir", str(tmp_path),
+                   "--result-filename", out.name])
+    assert code == 0
+    dataset = json.loads(out.read_text())["slotune"]["workload"]["dataset"]
+    assert (dataset["popularity"], dataset["zipf_s"]) == ("zipf", 1.5)

@@ -217,3 +217,44 @@ def test_custom_takes_each_lines_output_tokens_or_the_flag(tmp_path: Path) -> No
     assert all(r.prompt_len == 4 for r in own)
     fixed = sample_requests(CustomDataset(path=str(custom), skip_chat_template=True), 6, 0)
     assert {r.output_len for r in fixed} == {256}  # vLLM's default --custom-output-len
+
+
+def test_prefix_repetition_uniform_stays_vllms_draw() -> None:
+    default = PrefixRepetitionDataset(num_prefixes=4, prefix_len=6, suffix_len=3, output_len=2)
+    explicit = default.model_copy(update={"popularity": "uniform", "zipf_s": 3.0})
+    assert sample_requests(explicit, 50, 5) == sample_requests(default, 50, 5)
+    assert sample_requests(explicit, 50, 5, warmup=True) == sample_requests(
+        default, 50, 5, warmup=True)
+
+
+def _prefix_counts(cfg: PrefixRepetitionDataset, n: int, seed: int) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for r in sample_requests(cfg, n, seed):
+        head = " ".join(r.prompt.split()[:cfg.prefix_len])
+        counts[head] = counts.get(head, 0) + 1
+    return counts
+
+
+@pytest.mark.parametrize("s", [0.8, 1.1, 2.0])
+def test_prefix_repetition_zipf_makes_the_first_prefix_the_hottest(s: float) -> None:
+    cfg = PrefixRepetitionDataset(num_prefixes=6, prefix_len=4, suffix_len=0, output_len=1,
+                                  popularity="zipf", zipf_s=s)
+    counts = _prefix_counts(cfg, 12_000, 0)
+    # the pool is drawn from the seed in rank order: a pool of one holds the rank-1 prefix
+    (rank1,) = _prefix_counts(cfg.model_copy(update={"num_prefixes": 1}), 1, 0)
+    ranked = sorted(counts.values(), reverse=True)
+    assert len(ranked) == 6 and counts[rank1] == ranked[0]
+    assert ranked[0] / ranked[1] == pytest.approx(2 ** s, rel=0.08)
+    uniform = _prefix_counts(cfg.model_copy(update={"popularity": "uniform"}), 12_000, 0)
+    assert max(uniform.values()) / min(uniform.values()) < 1.2  # the default stays flat
+
+
+def test_prefix_repetition_zipf_is_seeded_and_checked() -> None:
+    cfg = PrefixRepetitionDataset(num_prefixes=5, prefix_len=4, suffix_len=2,
+                                  popularity="zipf")
+    assert sample_requests(cfg, 30, 3) == sample_requests(cfg, 30, 3)
+    assert sample_requests(cfg, 30, 3) != sample_requests(cfg, 30, 4)
+    with pytest.raises(ValidationError, match="zipf_s"):
+        PrefixRepetitionDataset(popularity="zipf", zipf_s=0)
+    with pytest.raises(ValidationError, match="popularity"):
+        PrefixRepetitionDataset.model_validate({"popularity": "pareto"})
