@@ -155,3 +155,24 @@ def test_a_multi_turn_bench_reads_its_in_session_hits_off_the_servers_counters(
     assert counters["vllm:prefix_cache_hits_total"] == sessions["prefix_cache_hit_tokens"] > 0
     # The server's cache holds whole blocks: most of what the sessions re-sent hit.
     assert sessions["in_session_hit_rate"] >= 0.5, sessions
+
+
+def test_a_mooncake_trace_replays_with_its_shared_blocks_served_from_the_cache(
+        server: str, tmp_path: Path) -> None:
+    # Ten requests: three 128-token blocks every one of them shares (a system prompt and
+    # a document), then a block of its own. The server's cache should serve the shared
+    # blocks of all but the first: 9 × 384 tokens, whatever its own block size divides.
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": 150 * i, "input_length": 448,
+                                         "output_length": 8, "hash_ids": [1, 2, 3, 10 + i]})
+                             + "\n" for i in range(10)))
+    line = ["--dataset-name", "mooncake_trace", "--dataset-path", str(trace),
+            "--timed-trace-chunk-hash-size", "128", "--num-prompts", "10",
+            "--num-warmups", "0", "--save-result"]
+    out = tmp_path / "out"
+    out.mkdir()
+    _, doc = _run("slotune", server, line, out)
+    assert doc["completed"] == 10 and doc["total_input_tokens"] == 10 * 448
+    counters = doc["slotune"]["metrics_scrape"]["counters"]
+    assert counters["vllm:prefix_cache_hits_total"] >= 9 * 384
+    assert counters["vllm:prefix_cache_hits_total"] < 9 * 448  # the own blocks never hit
