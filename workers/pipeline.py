@@ -47,6 +47,7 @@ from workers.contracts import (
     EngineFacts,
     FailureClass,
     GoldenCheck,
+    MultiTurnDataset,
     PhaseTimings,
     QualityGate,
     QualityVerdict,
@@ -59,7 +60,7 @@ from workers.loadgen.diagnosis import diagnose
 from workers.loadgen.result import OURS, ResultInfo, build_result
 from workers.loadgen.scoring import Score
 from workers.loadgen.scrape import PREFIX_CACHE_HITS
-from workers.loadgen.sessions import session_summary
+from workers.loadgen.sessions import session_summary, steady_arrivals_s
 from workers.loadgen.symptoms import with_symptoms
 from workers.quality import (
     QUALITY,
@@ -195,6 +196,11 @@ def probe_workload(spec: TrialSpec, rate: float, index: int) -> Workload:
     if spec.capacity.min_probe_s is not None:
         data["num_prompts"] = max(data["num_prompts"],
                                   math.ceil(rate * spec.capacity.min_probe_s))
+    if isinstance(spec.workload.dataset, MultiTurnDataset):  # conversations: steady state
+        targets = spec.slo.targets
+        span = steady_arrivals_s(spec.workload.dataset, targets.get("ttft", 1000.0) / 1000,
+                                 targets.get("tpot", 100.0) / 1000)
+        data["num_prompts"] = max(data["num_prompts"], math.ceil(rate * span))
     if index > 0:
         data["warmup_requests"] = 0
     data["seed"] = spec.workload.seed + PROBE_SEED_STRIDE * index

@@ -110,6 +110,11 @@ def render_html(report: SweepReport) -> str:
               _num(w.capacity), _num(w.headroom), "passed" if w.gate_passed else "failed",
               conf.summary() if conf else "—"]]))
         parts.append(_html_kv(_winner_metrics(report, w)))
+        sessions = _session_rows(w)
+        if sessions is not None:
+            parts.append("<h3>Conversations, turn by turn</h3>")
+            parts.append(f"<p>{e(sessions[0])}</p>")
+            parts.append(_html_table(*sessions[1:]))
         parts.append("<h3>Command line</h3>")
         parts.append(f"<pre class='command'>{e(report.command or '')}</pre>")
         parts.append("<h3>Configuration</h3>")
@@ -294,6 +299,10 @@ def render_markdown(report: SweepReport) -> str:
                               "passed" if w.gate_passed else "failed",
                               conf.summary() if conf else "—"]]), ""]
         lines += [_md_table(["metric", "value"], list(_winner_metrics(report, w).items())), ""]
+        sessions = _session_rows(w)
+        if sessions is not None:
+            lines += ["### Conversations, turn by turn", "", sessions[0], "",
+                      _md_table(*sessions[1:]), ""]
         lines += ["Command line:", "", "```sh", report.command or "", "```", ""]
     lines += ["## Binding constraint and next step", ""]
     n = report.next_step
@@ -491,6 +500,26 @@ def _winner_metrics(report: SweepReport, w: TrialPoint) -> dict[str, str]:
         slo = f" (SLO ≤ {target:g} ms, {100 * value / target:.0f}% of it)" if target else ""
         out[f"p99_{metric}_ms"] = _num(value) + slo
     return out
+
+
+def _session_rows(w: TrialPoint) -> tuple[str, list[str], list[list[str]]] | None:
+    """A conversation workload's winner, per turn: TTFT as the context grows, and how
+    much of the re-sent context the server's cache served (its own counter)."""
+    sessions = (w.metrics.get("slotune") or {}).get("sessions")
+    if not sessions:
+        return None
+    rate = sessions.get("in_session_hit_rate")
+    hits = "not scraped" if rate is None else (
+        f"{rate:.0%} of the {sessions['context_tokens']:.0f} context tokens the sessions "
+        f"re-sent hit the prefix cache in session; {sessions['other_hit_tokens']:.0f} "
+        "other hit tokens (shared prompts, earlier runs)")
+    summary = (f"{sessions['completed_sessions']} of {sessions['sessions']} sessions "
+               f"completed, mean {_num(sessions['mean_session_latency_s'])} s each; {hits}.")
+    rows = [[str(t["turn"]), str(t["requests"]), _num(t["mean_prompt_tokens"]),
+             _num(t["mean_context_tokens"]), _num(t["mean_ttft_ms"]), _num(t["p99_ttft_ms"])]
+            for t in sessions["per_turn"]]
+    return summary, ["turn", "requests", "mean prompt tokens", "mean context tokens",
+                     "mean TTFT ms", "p99 TTFT ms"], rows
 
 
 def _slo_text(report: SweepReport) -> str:

@@ -459,6 +459,29 @@ def test_a_sweep_whose_ttft_tail_comes_from_its_longest_prompts_names_the_bucket
 
 
 
+def test_a_conversation_sweep_reports_its_winner_turn_by_turn(
+        store: Store, migrated_url: str) -> None:
+    workload = {"name": "talk", "num_prompts": 60, "warmup_requests": 0,
+                "arrivals": {"request_rate": 4},
+                "dataset": {"kind": "multi_turn", "min_turns": 3, "max_turns": 3,
+                            "system_prompt_len": 128, "input_len": 200, "output_len": 64,
+                            "think_time_s": 0.5}}
+    sweep = queue_sweep(store, SweepRequest(space="lab", mode="goodput", strategy="random",
+                                            workload=workload,
+                                            budget=SweepBudget(max_trials=2, confirm_top=0)))
+    Coordinator(store, VirtualExecutor(2), database_url=migrated_url).run_sweep(sweep.id)
+    from tuner.report import render_report
+
+    report = render_report(store, sweep.id, "md")
+    section = report.split("### Conversations, turn by turn", 1)[1].split("##", 1)[0]
+    assert "20 of 20 sessions completed" in section
+    assert "hit the prefix cache in session" in section
+    rows = [line for line in section.splitlines() if line.startswith("| ") and
+            line[2].isdigit()]
+    assert [row.split("|")[1].strip() for row in rows] == ["1", "2", "3"]
+    assert "Conversations, turn by turn" in render_report(store, sweep.id, "html")
+
+
 FP8_SPACE: dict[str, Any] = {
     "name": "fp8-kv", "engine": "sim", "model": "Qwen/Qwen2.5-7B-Instruct", "gpu": "rtx4090",
     # Every configuration is lossy: an fp8 KV cache, checked against the auto (lossless) one.

@@ -148,3 +148,23 @@ def test_a_conversation_that_outgrows_the_context_ends_with_a_400() -> None:
     assert (result.status, result.failure) == ("failed", "benchmark_errors")
     assert "HTTP 400: This model's maximum context length is 1024 tokens. However, your " \
            "request has 1148 input tokens" in (result.failure_message or "")
+
+
+def test_a_capacity_probe_of_conversations_outlasts_its_sessions() -> None:
+    # Closed loop: a probe of a few sessions at a high rate would be mostly first turns.
+    # The probe keeps sessions arriving for several lifetimes, so the server spends most
+    # of the run in the steady state of the rate it is credited with.
+    workload = Workload(name="chat", dataset=CONVERSATIONS, num_prompts=30,
+                        arrivals={"request_rate": 8})
+    spec = TrialSpec.model_validate({
+        "trial_id": "mt", "engine": "sim", "model": MODEL, "gpu": "rtx4090",
+        "engine_args": {"max_model_len": 4096}, "workload": workload, "mode": "capacity",
+        "capacity": {"prompts_per_probe": 30, "max_probes": 2, "min_rate": 4,
+                     "max_rate": 8},
+        "slo": SLO.parse("ttft:300,tpot:50")})
+    result = run_virtual_trial(spec)
+    assert result.status == "ok" and result.capacity_probes
+    sessions = result.metrics["slotune"]["sessions"]
+    assert result.metrics["duration"] >= 3 * sessions["mean_session_latency_s"]
+    assert result.metrics["completed"] > 30  # more than the probe's own prompt count
+    assert all(p.in_session_hit_tokens for p in result.capacity_probes)
