@@ -177,12 +177,21 @@ class MultiTurnDataset(_Strict):
     the user thinks ``think_time_s`` (engine seconds): exponential with that mean, or
     ``constant``.
 
+    Or real conversations: ``path`` names a ShareGPT-format JSON file, and each session
+    is one of its conversations (shuffled with the seed, as ``sharegpt`` is): its human
+    turns are the user messages, in order, each the length in tokens of the reply that
+    followed it as that turn's output length; turns past ``max_turns`` are dropped and
+    conversations with fewer than ``min_turns`` human turns skipped (the length fields
+    then go unused, the system prompt does not). The text is sent as it is.
+
     Sessions, not requests, arrive by the workload's process: at ``request_rate`` ÷ the
     mean turns per session, so the run's ``num_prompts`` requests arrive at
     ``request_rate`` on average. The last session is cut to make ``num_prompts`` requests.
     """
 
     kind: Literal["multi_turn"] = "multi_turn"
+    path: str | None = Field(None, min_length=1)
+    """A ShareGPT-format JSON file of real conversations (None: synthetic turns)."""
     min_turns: int = Field(2, ge=1, le=1000)
     max_turns: int = Field(6, ge=1, le=1000)
     system_prompt_len: int = Field(0, ge=0, le=MAX_TOKENS)
@@ -303,7 +312,8 @@ DatasetConfig = Annotated[
     | MooncakeTraceDataset | ShareGPTDataset | CustomDataset | MultiTurnDataset,
     Field(discriminator="kind"),
 ]
-FILE_DATASETS = (TraceDataset, MooncakeTraceDataset, ShareGPTDataset, CustomDataset)
+FILE_DATASETS = (TraceDataset, MooncakeTraceDataset, ShareGPTDataset, CustomDataset,
+                 MultiTurnDataset)
 """Datasets read from a file named by ``path`` (one rule for where it may live)."""
 
 
@@ -533,6 +543,11 @@ class CapacitySearch(_Strict):
     """A probe at rate r sends at least r × this many requests (engine seconds of
     arrivals): a short burst above capacity ends before its queue builds up, so short
     probes overstate capacity, and more at high rates."""
+    session_spans: float = Field(3.0, ge=0, le=100)
+    """Conversations (``multi_turn``): a probe keeps sessions arriving for this many
+    session lifetimes (:func:`workers.loadgen.sessions.steady_arrivals_s`), so that the
+    server spends most of it in the steady state of its rate; 0 sends the probe's prompt
+    count as it is (a screening's cheap probe, which only ranks)."""
 
 
 # --- the quality gate (lossy knob values) --------------------------------------------------

@@ -199,7 +199,8 @@ def probe_workload(spec: TrialSpec, rate: float, index: int) -> Workload:
     if isinstance(spec.workload.dataset, MultiTurnDataset):  # conversations: steady state
         targets = spec.slo.targets
         span = steady_arrivals_s(spec.workload.dataset, targets.get("ttft", 1000.0) / 1000,
-                                 targets.get("tpot", 100.0) / 1000)
+                                 targets.get("tpot", 100.0) / 1000,
+                                 spec.capacity.session_spans)
         data["num_prompts"] = max(data["num_prompts"], math.ceil(rate * span))
     if index > 0:
         data["warmup_requests"] = 0

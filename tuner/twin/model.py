@@ -33,7 +33,7 @@ from tuner.spaces import SearchSpace
 from tuner.strategies._base import params_key
 from tuner.strategies._ranking import NOISE_TOLERANCE
 from tuner.twin.factors import TwinFactors
-from workers.contracts import KnobValue, TrialResult, TrialSpec
+from workers.contracts import KnobValue, MultiTurnDataset, TrialResult, TrialSpec
 from workers.pipeline import probe_medians, probe_workload
 from workers.sim.calibration import RooflineCalibration, shipped_calibration
 from workers.sim.catalog import UnknownCatalogEntry, get_gpu, get_model
@@ -46,7 +46,9 @@ SCREEN_TOLERANCE = 0.1
 """Capacity bracket of a screening prediction: it ranks, the check measures."""
 SCREEN_PROBES = 6
 FIT_PROMPTS = 160
-"""Requests per re-simulated probe when fitting (the first ones of the probe the engine ran)."""
+"""Requests per re-simulated probe when fitting (the first ones of the probe the engine
+ran). A probe of conversations is re-simulated whole: its first requests are sessions'
+first turns, a load unlike the steady state its measurement saw."""
 PRIOR_BAND = 0.5
 """The twin's error band before it has been checked against two measurements: users
 report estimate-only tools off by ~45% on TTFT."""
@@ -274,7 +276,7 @@ def _screening(spec: TrialSpec) -> TrialSpec:
         else min(search.prompts_per_probe, SCREEN_PROMPTS),
         "min_probe_s": None,
         "relative_tolerance": max(search.relative_tolerance, SCREEN_TOLERANCE),
-        "max_probes": min(search.max_probes, SCREEN_PROBES)})
+        "max_probes": min(search.max_probes, SCREEN_PROBES), "session_spans": 0.0})
     return spec.model_copy(update={"workload": workload, "capacity": capacity})
 
 
@@ -306,8 +308,10 @@ def _simulated(point: _Point, calibration: RooflineCalibration
     from workers.sim_trial import engine_config, measure
 
     workload = probe_workload(point.spec, point.rate, point.index)
-    workload = workload.model_copy(update={
-        "num_prompts": min(workload.num_prompts, FIT_PROMPTS), "warmup_requests": 0})
+    if not isinstance(workload.dataset, MultiTurnDataset):  # sessions: the probe's steady state
+        workload = workload.model_copy(update={"num_prompts": min(workload.num_prompts,
+                                                                  FIT_PROMPTS)})
+    workload = workload.model_copy(update={"warmup_requests": 0})
     config = engine_config(point.spec, calibration=calibration)
     score = measure(point.spec, config, workload).score
     ratios: dict[str, float] = {

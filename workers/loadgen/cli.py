@@ -200,7 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--workload", help=f"slotune: a built-in ({', '.join(builtin_workloads())})"
                    " or a workload YAML file, as the base the options below override")
     d.add_argument("--dataset-name", help=f"{', '.join(DATASETS)} (default random)")
-    d.add_argument("--dataset-path", help="the ShareGPT JSON, custom JSONL or trace JSONL file")
+    d.add_argument("--dataset-path", help="the ShareGPT JSON (sharegpt; multi_turn's real "
+                   "conversations), custom JSONL or trace JSONL file")
     d.add_argument("--self-timed", action=argparse.BooleanOptionalAction, default=None,
                    help="send a trace's requests at its own timestamps (default for the "
                    "trace datasets); --no-self-timed: the --request-rate arrivals instead")
@@ -406,8 +407,7 @@ def _dataset(args: argparse.Namespace, current: dict[str, Any]) -> dict[str, Any
                    "skip_chat_template": args.skip_chat_template or None,
                    "chat_template_kwargs": args.chat_template_kwargs},
     }
-    if kind in ("random", "prefix_repetition", "sharegpt-like", "multi_turn") \
-            and args.dataset_path:
+    if kind in ("random", "prefix_repetition", "sharegpt-like") and args.dataset_path:
         raise UsageError(f"--dataset-path is not used by --dataset-name {kind}; name the "
                          "file's format: sharegpt, custom, trace, timed_trace or mooncake_trace")
     if kind in TRACE_DATASETS:
@@ -421,6 +421,8 @@ def _dataset(args: argparse.Namespace, current: dict[str, Any]) -> dict[str, Any
             data["path"] = args.dataset_path
         elif "path" not in data:
             raise UsageError(f"--dataset-name {kind} needs --dataset-path FILE")
+    if kind == "multi_turn" and args.dataset_path:  # real conversations, ShareGPT's format
+        data["path"] = args.dataset_path
     if kind in ("sharegpt", "custom"):
         data["shuffle"] = not args.disable_shuffle
         data["oversample"] = not args.no_oversample

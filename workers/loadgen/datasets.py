@@ -25,6 +25,7 @@ the first measured request repeated, as ``vllm bench serve --num-warmups`` does
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import random
@@ -203,13 +204,15 @@ def _prefix_repetition(
 
 
 def _multi_turn(
-    cfg: MultiTurnDataset, n: int, seed: int, stream: int, _: _Files
+    cfg: MultiTurnDataset, n: int, seed: int, stream: int, files: _Files
 ) -> list[RequestSpec]:
     """Sessions' turns in session order, each turn only its new message: the runner
     builds the conversation as answers come back. The warm-up stream is first turns sent
     on their own (a warm-up has no sessions)."""
     shared, rng = _rngs(seed, stream)
     system = _ids(shared, cfg.system_prompt_len)
+    if cfg.path is not None:
+        return _conversations(cfg, n, seed, stream, files, words(system) if len(system) else "")
     r = cfg.range_ratio
     in_low, in_high = max(int(cfg.input_len * (1 - r)), 1), int(cfg.input_len * (1 + r))
     out_low, out_high = max(int(cfg.output_len * (1 - r)), 1), int(cfg.output_len * (1 + r))
@@ -231,6 +234,60 @@ def _multi_turn(
                 think_time_s=think))
         session += 1
     return out
+
+
+def _conversations(cfg: MultiTurnDataset, n: int, seed: int, stream: int, files: _Files,
+                   system: str) -> list[RequestSpec]:
+    """Sessions from a ShareGPT file's conversations: human turns as messages, each reply's
+    length as that turn's output (:class:`MultiTurnDataset`)."""
+    assert cfg.path is not None
+    path = files.resolve(cfg.path)
+    try:
+        data = json.loads(files.read(path, "ShareGPT"))
+    except json.JSONDecodeError as exc:
+        raise DatasetError(f"ShareGPT file {path}: not valid JSON ({exc.msg} at line "
+                           f"{exc.lineno})") from exc
+    if not isinstance(data, list):
+        raise DatasetError(f"ShareGPT file {path}: expected a JSON list of conversations, "
+                           f"got {type(data).__name__}")
+    sessions: list[list[tuple[str, int]]] = []
+    for entry in data:
+        turns = entry.get("conversations") if isinstance(entry, dict) else None
+        pairs: list[tuple[str, int]] = []
+        for ask, reply in zip(turns[::2], turns[1::2], strict=False) if isinstance(
+                turns, list) else ():
+            ask_text = ask.get("value") if isinstance(ask, dict) else None
+            reply_text = reply.get("value") if isinstance(reply, dict) else None
+            if not isinstance(ask_text, str) or not isinstance(reply_text, str):
+                break
+            pairs.append((ask_text, max(1, files.tokenizer.count(reply_text))))
+        if len(pairs) >= cfg.min_turns:
+            sessions.append(pairs[:cfg.max_turns])
+    if not sessions:
+        raise DatasetError(f"ShareGPT file {path}: no conversation with at least "
+                           f"{cfg.min_turns} human turns each answered (min_turns)")
+    random.Random(seed).shuffle(sessions)
+    if stream == WARMUP_STREAM:  # from the other end: nothing measured is warmed into the cache
+        sessions = [pairs[:1] for pairs in reversed(sessions)]
+    out: list[RequestSpec] = []
+    # a file with too few conversations is gone through again (the repeats hit the cache)
+    for number, pairs in enumerate(itertools.cycle(sessions)):
+        if len(out) >= n:
+            break
+        for turn, (text, output_len) in enumerate(pairs[:n - len(out)], start=1):
+            prompt = f"{system} {text}" if turn == 1 and system else text
+            out.append(RequestSpec(
+                prompt, files.tokenizer.count(prompt), output_len,
+                session=None if stream == WARMUP_STREAM else number, turn=turn,
+                think_time_s=0.0 if turn == 1 else _think(
+                    cfg, random.Random(f"{seed}-{stream}-{number}-{turn}"))))
+    return out
+
+
+def _think(cfg: MultiTurnDataset, rng: random.Random) -> float:
+    if cfg.think_time == "constant" or cfg.think_time_s == 0:
+        return cfg.think_time_s
+    return rng.expovariate(1.0 / cfg.think_time_s)
 
 
 def _trace(

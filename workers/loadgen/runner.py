@@ -357,7 +357,8 @@ async def _sample(
     (blocking calls, so in a worker thread)."""
     tokenizer: TextTokenizer = WORD_TOKENIZER
     server: ServerTokenizer | None = None
-    if isinstance(workload.dataset, ShareGPTDataset | CustomDataset):
+    if isinstance(workload.dataset, ShareGPTDataset | CustomDataset) or (
+            isinstance(workload.dataset, MultiTurnDataset) and workload.dataset.path):
         tokenizer = server = ServerTokenizer(base_url, model, options.headers, verify=verify_tls)
 
     def draw() -> tuple[list[RequestSpec], list[RequestSpec]]:

@@ -38,12 +38,8 @@ from workers.loadgen.arrivals import arrival_offsets
 if TYPE_CHECKING:  # annotations only
     from workers.loadgen.client import RequestRecord
 
-__all__ = ["STEADY_SESSION_SPANS", "Conversation", "group_sessions", "session_offsets",
-           "session_summary", "steady_arrivals_s"]
-
-STEADY_SESSION_SPANS = 3.0
-"""Session lifetimes a capacity probe's arrivals last: the first is a ramp (sessions on
-their first turns), after it the server sees the steady state."""
+__all__ = ["Conversation", "group_sessions", "session_offsets", "session_summary",
+           "steady_arrivals_s"]
 
 
 class Turn(Protocol):
@@ -77,16 +73,18 @@ def session_arrivals(arrivals: Arrivals, mean_turns: float) -> Arrivals:
                                        "ramp_up": ramp})
 
 
-def steady_arrivals_s(dataset: MultiTurnDataset, ttft_s: float, tpot_s: float) -> float:
+def steady_arrivals_s(dataset: MultiTurnDataset, ttft_s: float, tpot_s: float,
+                      spans: float) -> float:
     """How long sessions must keep arriving for the server to spend most of the run in
-    the steady state: :data:`STEADY_SESSION_SPANS` session lifetimes, a lifetime at its
-    longest under the SLO (every turn at the TTFT and TPOT targets, plus think times).
+    the steady state: ``spans`` session lifetimes (the first is a ramp of sessions on
+    their first turns), a lifetime at its longest under the SLO (every turn at the TTFT
+    and TPOT targets, plus think times).
 
     A conversation is closed-loop: its turns wait for answers, so a short run at a high
     rate is mostly sessions' first turns — a rate it never sustains."""
     turns = dataset.mean_turns
     answer_s = ttft_s + max(dataset.output_len - 1, 0) * tpot_s
-    return STEADY_SESSION_SPANS * ((turns - 1) * dataset.think_time_s + turns * answer_s)
+    return spans * ((turns - 1) * dataset.think_time_s + turns * answer_s)
 
 
 def session_offsets(specs: Sequence[Turn], dataset: MultiTurnDataset,

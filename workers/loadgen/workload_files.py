@@ -108,7 +108,7 @@ def parse_workload(data: Any, where: str, base: Path | None = None, *,
         workload = Workload.model_validate(data)
     except ValidationError as exc:
         raise WorkloadError(_format_errors(exc, where)) from None
-    if isinstance(workload.dataset, FILE_DATASETS):
+    if isinstance(workload.dataset, FILE_DATASETS) and workload.dataset.path is not None:
         if stored and Path(workload.dataset.path).is_absolute():
             return workload
         resolved = check_trace_path(workload.dataset.path, base, where)

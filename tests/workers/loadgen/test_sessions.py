@@ -19,7 +19,7 @@ from test_sim_e2e import MODEL, sim
 
 from workers.contracts import SLO, MultiTurnDataset, TrialResult, TrialSpec, Workload
 from workers.loadgen.cli import main as bench_main
-from workers.loadgen.datasets import sample_requests
+from workers.loadgen.datasets import DatasetError, sample_requests
 from workers.loadgen.sessions import group_sessions
 from workers.sim_trial import run_virtual_trial
 
@@ -168,3 +168,48 @@ def test_a_capacity_probe_of_conversations_outlasts_its_sessions() -> None:
     assert result.metrics["duration"] >= 3 * sessions["mean_session_latency_s"]
     assert result.metrics["completed"] > 30  # more than the probe's own prompt count
     assert all(p.in_session_hit_tokens for p in result.capacity_probes)
+
+
+def _sharegpt(folder: Path) -> Path:
+    """Six conversations of 1–4 exchanges (ShareGPT's format), words the simulator counts."""
+    convs = []
+    for c in range(6):
+        turns = []
+        for t in range(1 + c % 4):
+            turns += [{"from": "human", "value": " ".join(f"q{c}x{t}w{i}" for i in range(30))},
+                      {"from": "gpt", "value": " ".join(["a"] * (10 + t))}]
+        convs.append({"id": f"c{c}", "conversations": turns})
+    path = folder / "talks.json"
+    path.write_text(json.dumps(convs))
+    return path
+
+
+def test_real_conversations_are_sessions_of_their_human_turns(tmp_path: Path) -> None:
+    dataset = MultiTurnDataset(path=str(_sharegpt(tmp_path)), min_turns=2, max_turns=3)
+    specs = sample_requests(dataset, 12, seed=3)
+    groups = group_sessions(specs)
+    for group in groups[:-1]:
+        assert 2 <= len(group) <= 3  # one-exchange conversations skipped, four cut to three
+        conv = specs[group[0]].prompt.split()[0].split("x")[0]
+        assert all(specs[i].prompt.startswith(f"{conv}x{t}w0") for t, i in enumerate(group))
+        assert [specs[i].output_len for i in group] == [10 + t for t in range(len(group))]
+    warm = sample_requests(dataset, 2, seed=3, warmup=True)
+    assert {w.prompt for w in warm}.isdisjoint(specs[g[0]].prompt for g in groups[:2])
+    with pytest.raises(DatasetError, match="no conversation with at least 5 human turns"):
+        sample_requests(dataset.model_copy(update={"min_turns": 5, "max_turns": 5}), 4, 0)
+
+
+@pytest.mark.slow
+def test_real_conversations_go_to_the_server_as_text_that_grows_turn_by_turn(
+        tmp_path: Path) -> None:
+    talks = _sharegpt(tmp_path)
+    with sim(tmp_path, "--enable-prefix-caching") as url:
+        doc = _bench(url, tmp_path, "--dataset-path", str(talks), "--num-prompts", "9",
+                     "--multi-turn-system-prompt-len", "0")
+    specs = sample_requests(MultiTurnDataset.model_validate(
+        doc["slotune"]["workload"]["dataset"]), 9, seed=0)
+    inputs, outputs = doc["input_lens"], doc["output_lens"]
+    for group in group_sessions(specs):
+        for before, after in pairwise(group):
+            assert inputs[after] == inputs[before] + outputs[before] + specs[after].prompt_len
+    assert doc["slotune"]["sessions"]["in_session_hit_rate"] >= 0.8
