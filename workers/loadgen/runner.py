@@ -4,6 +4,10 @@ It wires the three layers together (arrival schedule → client → records) and
 clock: arrival offsets are engine seconds, compressed by ``time_scale`` K into wall
 time; every recorded timestamp is multiplied by K on the way out, so the records, the
 duration and the send lag all read in engine time. Scoring is left to the caller.
+
+Each request waits for its concurrency slot in its own task, as ``vllm bench serve``'s
+``limited_request_func`` does: ``ready`` is when it got the slot, and the requests of
+slots freed together leave in the same turn of the event loop.
 """
 
 from __future__ import annotations
