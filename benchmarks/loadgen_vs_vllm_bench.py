@@ -29,7 +29,20 @@ against the server's count, and a verdict against the target:
 * input tokens within 1%: slotune vs ``vllm bench serve``, and each tool vs the server.
 
 p99 TTFT and median ITL are printed for information. The exit status is 0 whether the
-targets are met or not (non-zero only when a run fails). Run:
+targets are met or not (non-zero only when a run fails).
+
+Reading the figures: the two clients differ in one thing this script cannot change.
+``vllm bench serve``'s aiohttp session trusts the environment, so each of its requests
+leaves after a netrc lookup in the default executor and a proxy lookup in a thread, both
+inside its TTFT (on the busy 2-core machine 12.4 ms mean, p90 32 ms; slotune's session:
+1.3 ms); on a busy machine its "TTFT − server's" reads higher than slotune's for that.
+The closed loop runs in lockstep (the requests in flight finish in the same engine step),
+so the mean TTFT depends on how many of the next wave reach the server before its next
+step: the "server" ratio is not only drift, it is also the two clients' dispatch. And a
+stall of either client's process (on the shared machine a client's event loop was
+measured stopping for 20-313 ms, up to 12 times in 2.5 s) stamps a wave's next chunks late:
+their TTFT up, their TPOT down (the "TPOT / server's" below 1), in whichever tool's run
+it falls. Run:
 ``.venv/bin/python benchmarks/loadgen_vs_vllm_bench.py [--repeats 3] [--num-prompts 48]``
 (``--vllm-bin``/``--model`` default to ``$SLOTUNE_VLLM_BIN`` / ``.vllm/venv/bin/vllm`` and
 ``.vllm/models/tiny-llama``).

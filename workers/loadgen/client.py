@@ -14,6 +14,14 @@ Every SSE event is stamped with the time its bytes came off the socket: the cloc
 once per network read, before anything is decoded or parsed, and each event completed by
 that read carries it (no line iterator between the socket and the clock). Input lengths
 are what the server counted (``usage.prompt_tokens``) whenever it says.
+
+``start`` is read right before ``session.post``, where vLLM's client reads its ``st``.
+vLLM's session trusts the environment (``trust_env=True``), so before each of its
+requests leaves aiohttp looks up ``~/.netrc`` in the default executor and the proxy
+variables in a thread, both inside vLLM's TTFT: measured against the CPU vLLM on the busy
+2-core machine, 12.4 ms mean (median 5.3, p90 32) from ``st`` to the request's headers
+going out, against 1.3 ms (median 0.3) without. The session the runner opens does not
+trust the environment (no proxy, no netrc), so its TTFT has no such hops.
 """
 
 from __future__ import annotations
