@@ -33,7 +33,7 @@ from tuner.spaces import SearchSpace
 from tuner.strategies._base import params_key
 from tuner.strategies._ranking import NOISE_TOLERANCE
 from tuner.twin.factors import TwinFactors
-from workers.contracts import KnobValue, MultiTurnDataset, TrialResult, TrialSpec
+from workers.contracts import KnobValue, TrialResult, TrialSpec
 from workers.pipeline import probe_medians, probe_workload
 from workers.sim.calibration import RooflineCalibration, shipped_calibration
 from workers.sim.catalog import UnknownCatalogEntry, get_gpu, get_model
@@ -47,8 +47,9 @@ SCREEN_TOLERANCE = 0.1
 SCREEN_PROBES = 6
 FIT_PROMPTS = 160
 """Requests per re-simulated probe when fitting (the first ones of the probe the engine
-ran). A probe of conversations is re-simulated whole: its first requests are sessions'
-first turns, a load unlike the steady state its measurement saw."""
+ran). For conversations these are mostly sessions' first turns, lighter than the steady
+state the probe measured: the fit is re-simulated hundreds of times, and a whole steady
+probe of conversations costs a second each."""
 PRIOR_BAND = 0.5
 """The twin's error band before it has been checked against two measurements: users
 report estimate-only tools off by ~45% on TTFT."""
@@ -308,10 +309,8 @@ def _simulated(point: _Point, calibration: RooflineCalibration
     from workers.sim_trial import engine_config, measure
 
     workload = probe_workload(point.spec, point.rate, point.index)
-    if not isinstance(workload.dataset, MultiTurnDataset):  # sessions: the probe's steady state
-        workload = workload.model_copy(update={"num_prompts": min(workload.num_prompts,
-                                                                  FIT_PROMPTS)})
-    workload = workload.model_copy(update={"warmup_requests": 0})
+    workload = workload.model_copy(update={
+        "num_prompts": min(workload.num_prompts, FIT_PROMPTS), "warmup_requests": 0})
     config = engine_config(point.spec, calibration=calibration)
     score = measure(point.spec, config, workload).score
     ratios: dict[str, float] = {
