@@ -161,3 +161,17 @@ def test_the_twin_models_a_vllm_space_of_a_model_outside_the_catalogue(
         {k: v for k, v in TINY_QWEN3.items() if k != "intermediate_size"}))
     with pytest.raises(ValueError, match="lacks 'intermediate_size'"):
         resolve(SweepRequest(space={**data, "model": str(broken)}, strategy="twin"))
+
+
+def test_the_twin_screens_conversations_and_sees_what_prefix_caching_is_worth() -> None:
+    # Long conversations: without a prefix cache every turn prefills the whole of it.
+    workload = {"name": "talk", "num_prompts": 80, "arrivals": {"request_rate": 8},
+                "dataset": {"kind": "multi_turn", "min_turns": 4, "max_turns": 4,
+                            "system_prompt_len": 512, "input_len": 300, "output_len": 32,
+                            "think_time_s": 0.2}}
+    space = parse_space({**SMALL, "workload": workload, "mode": "capacity",
+                         "knobs": {"enable_prefix_caching": {"type": "bool", "default": True}}})
+    twin = Twin(space)
+    cached, uncached = (twin.predict({"enable_prefix_caching": on}) for on in (True, False))
+    assert cached.capacity is not None and uncached.capacity is not None
+    assert cached.capacity > 1.5 * uncached.capacity
