@@ -241,15 +241,7 @@ def _conversations(cfg: MultiTurnDataset, n: int, seed: int, stream: int, files:
     """Sessions from a ShareGPT file's conversations: human turns as messages, each reply's
     length as that turn's output (:class:`MultiTurnDataset`)."""
     assert cfg.path is not None
-    path = files.resolve(cfg.path)
-    try:
-        data = json.loads(files.read(path, "ShareGPT"))
-    except json.JSONDecodeError as exc:
-        raise DatasetError(f"ShareGPT file {path}: not valid JSON ({exc.msg} at line "
-                           f"{exc.lineno})") from exc
-    if not isinstance(data, list):
-        raise DatasetError(f"ShareGPT file {path}: expected a JSON list of conversations, "
-                           f"got {type(data).__name__}")
+    path, data = _sharegpt_file(cfg.path, files)
     sessions: list[list[tuple[str, int]]] = []
     for entry in data:
         turns = entry.get("conversations") if isinstance(entry, dict) else None
@@ -456,10 +448,9 @@ class _Files:
 _MIN_LEN, _MAX_PROMPT_LEN, _MAX_TOTAL_LEN = 4, 1024, 2048
 
 
-def _sharegpt(
-    cfg: ShareGPTDataset, n: int, seed: int, _: int, files: _Files
-) -> list[RequestSpec]:
-    path = files.resolve(cfg.path)
+def _sharegpt_file(name: str, files: _Files) -> tuple[Path, list[Any]]:
+    """A ShareGPT-format file: its resolved path and its list of conversations."""
+    path = files.resolve(name)
     try:
         data = json.loads(files.read(path, "ShareGPT"))
     except json.JSONDecodeError as exc:
@@ -468,6 +459,13 @@ def _sharegpt(
     if not isinstance(data, list):
         raise DatasetError(f"ShareGPT file {path}: expected a JSON list of conversations, "
                            f"got {type(data).__name__}")
+    return path, data
+
+
+def _sharegpt(
+    cfg: ShareGPTDataset, n: int, seed: int, _: int, files: _Files
+) -> list[RequestSpec]:
+    path, data = _sharegpt_file(cfg.path, files)
     entries = [e for e in data if isinstance(e, dict) and isinstance(e.get("conversations"), list)
                and len(e["conversations"]) >= 2]
     if cfg.shuffle:
