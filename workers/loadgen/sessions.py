@@ -117,7 +117,7 @@ class Conversation:
         text = message if isinstance(message, str) else None
         if text is None:  # ids, but the conversation already went to text
             raise ValueError("a conversation sent as text continues as text")
-        return f"{self.text} {text}".strip() if self.text else text
+        return f"{self.text} {text}" if self.text else text
 
     def answered(self, sent: str | list[int], message_text: str,
                  record: RequestRecord) -> None:
@@ -129,7 +129,10 @@ class Conversation:
             self.ids = [*sent, *record.output_ids]
         else:
             self.ids = None
-        self.text = f"{sent if isinstance(sent, str) else message_text}{answer}"
+        # the whole conversation as text too (what a text prompt sends), should the
+        # server stop returning token ids
+        self.text = f"{self.text} {message_text}{answer}" if self.text \
+            else f"{message_text}{answer}"
         self.context_tokens = record.prompt_len + (record.output_tokens or 0)
 
 

@@ -19,8 +19,9 @@ from test_sim_e2e import MODEL, sim
 
 from workers.contracts import SLO, MultiTurnDataset, TrialResult, TrialSpec, Workload
 from workers.loadgen.cli import main as bench_main
+from workers.loadgen.client import RequestRecord, RequestTimings
 from workers.loadgen.datasets import DatasetError, sample_requests
-from workers.loadgen.sessions import group_sessions
+from workers.loadgen.sessions import Conversation, group_sessions
 from workers.sim_trial import run_virtual_trial
 
 CONVERSATIONS = MultiTurnDataset(min_turns=3, max_turns=5, system_prompt_len=48,
@@ -213,3 +214,21 @@ def test_real_conversations_go_to_the_server_as_text_that_grows_turn_by_turn(
         for before, after in pairwise(group):
             assert inputs[after] == inputs[before] + outputs[before] + specs[after].prompt_len
     assert doc["slotune"]["sessions"]["in_session_hit_rate"] >= 0.8
+
+
+def _answer(text: str, ids: tuple[int, ...] | None, prompt_len: int) -> RequestRecord:
+    return RequestRecord(0, prompt_len, 2, RequestTimings(0, 0, 0, (0.1,), 0.2),
+                         output_tokens=2, text=text, output_ids=ids)
+
+
+def test_a_conversation_goes_on_as_text_when_the_server_stops_returning_ids() -> None:
+    talk = Conversation()
+    first = talk.prompt([1, 2, 3], chat=False)
+    talk.answered(first, "hello there friend", _answer(" hi you", (7, 8), 3))
+    assert talk.prompt([4, 5], chat=False) == [1, 2, 3, 7, 8, 4, 5]  # the answer's own ids
+    assert talk.context_tokens == 5
+    talk.answered([1, 2, 3, 7, 8, 4, 5], "and then", _answer(" so", None, 7))
+    # no ids came back: the whole conversation, as text, from here on
+    assert talk.prompt("what next", chat=False) == \
+        "hello there friend hi you and then so what next"
+    assert [m["role"] for m in talk.messages] == ["user", "assistant"] * 2
