@@ -301,11 +301,10 @@ async def run_benchmark(
             t0 = time.perf_counter()  # the baseline scrape is not part of the run
         started_at = datetime.now()
         try:
+            send = _Sending(session, model, endpoint, url, t0, k, deadline_wall, pool, options)
             records, abort, end = await (_measure_sessions if sessions else _measure)(
-                session, specs, offsets, model=model, endpoint=endpoint, url=url, t0=t0, k=k,
-                concurrency=concurrency, deadline_s=deadline_wall, pool=pool,
+                send, specs, offsets, concurrency=concurrency,
                 monitor=AbortMonitor(slo if early_abort else None, n), progress=progress,
-                options=options,
             )
         except BaseException:
             # Cancelled (the trial's engine died) or failed: the scraper must not outlive
@@ -398,23 +397,33 @@ async def _until_ready(
         await asyncio.sleep(1.0)
 
 
+@dataclass(frozen=True, slots=True)
+class _Sending:
+    """What every measured request of a run shares: the HTTP session, where requests go,
+    how they are built, and the clock (``t0`` the run's start, ``k`` the time scale)."""
+
+    session: aiohttp.ClientSession
+    model: str
+    endpoint: Endpoint
+    url: str
+    t0: float
+    k: float
+    deadline_s: float
+    pool: TokenPool | None
+    options: RequestOptions
+
+
 async def _measure(
-    session: aiohttp.ClientSession,
+    send: _Sending,
     specs: list[RequestSpec],
     offsets: list[float],
     *,
-    model: str,
-    endpoint: Endpoint,
-    url: str,
-    t0: float,
-    k: float,
     concurrency: int | None,
-    deadline_s: float,
     monitor: AbortMonitor,
     progress: ProgressFn | None,
-    pool: TokenPool | None,
-    options: RequestOptions,
 ) -> tuple[list[RequestRecord], EarlyAbort | None, float]:
+    session, model, endpoint, url = send.session, send.model, send.endpoint, send.url
+    t0, k, deadline_s, pool, options = send.t0, send.k, send.deadline_s, send.pool, send.options
     slots = asyncio.Semaphore(concurrency) if concurrency else None
     done: list[RequestRecord] = []
     stop = asyncio.Event()
@@ -487,26 +496,20 @@ async def _measure(
 
 
 async def _measure_sessions(
-    session: aiohttp.ClientSession,
+    send: _Sending,
     specs: list[RequestSpec],
     offsets: list[float],
     *,
-    model: str,
-    endpoint: Endpoint,
-    url: str,
-    t0: float,
-    k: float,
     concurrency: int | None,
-    deadline_s: float,
     monitor: AbortMonitor,
     progress: ProgressFn | None,
-    pool: TokenPool | None,
-    options: RequestOptions,
 ) -> tuple[list[RequestRecord], EarlyAbort | None, float]:
     """Conversations: each session starts at its offset and sends its turns one after
     another, each ``think_time_s`` after the previous answer (:mod:`sessions`). A failed
     turn ends its session; the turns it never sent are failed records, so the run
     still scores ``len(specs)`` requests."""
+    session, model, endpoint, url = send.session, send.model, send.endpoint, send.url
+    t0, k, deadline_s, pool, options = send.t0, send.k, send.deadline_s, send.pool, send.options
     slots = asyncio.Semaphore(concurrency) if concurrency else None
     done: list[RequestRecord] = []
     stop = asyncio.Event()

@@ -55,11 +55,12 @@ def test_requests_of_slots_freed_together_leave_together(
     specs = [RequestSpec("p", 4, 2) for _ in range(N)]
 
     async def measure() -> list[RequestRecord]:
+        send = runner._Sending(None, "m", "completions",  # type: ignore[arg-type]
+                               "http://unused/v1/completions", clock(), 1.0, 10.0, None,
+                               TRIAL_REQUESTS)
         records, _, _ = await runner._measure(
-            None, specs, [0.0] * N, model="m", endpoint="completions",  # type: ignore[arg-type]
-            url="http://unused/v1/completions", t0=clock(), k=1.0, concurrency=CONCURRENCY,
-            deadline_s=10.0, monitor=runner.AbortMonitor(None, N), progress=None, pool=None,
-            options=TRIAL_REQUESTS)
+            send, specs, [0.0] * N, concurrency=CONCURRENCY,
+            monitor=runner.AbortMonitor(None, N), progress=None)
         return records
 
     records = asyncio.run(measure())
