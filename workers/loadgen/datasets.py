@@ -303,13 +303,19 @@ def _trace(
     return entries[:n]
 
 
-def _trace_entry(line: str, where: str, rng: np.random.Generator, arrivals: bool) -> RequestSpec:
+def _json_object(line: str, where: str) -> dict[str, Any]:
+    """One JSONL line that must be an object (a trace's request)."""
     try:
         row = json.loads(line)
     except json.JSONDecodeError as exc:
         raise DatasetError(f"{where}: not valid JSON ({exc.msg})") from exc
     if not isinstance(row, dict):
         raise DatasetError(f"{where}: expected a JSON object, got {type(row).__name__}")
+    return row
+
+
+def _trace_entry(line: str, where: str, rng: np.random.Generator, arrivals: bool) -> RequestSpec:
+    row = _json_object(line, where)
     offset = row.get("offset_s", row.get("timestamp"))
     output_len = row.get("output_len")
     if not isinstance(output_len, int) or isinstance(output_len, bool) or output_len < 1:
@@ -374,12 +380,7 @@ _BLOCK_SALT = 0x6D6F6F6E  # keeps block streams apart from the per-request strea
 
 def _mooncake_entry(line: str, where: str, cfg: MooncakeTraceDataset, blocks: _Blocks,
                     rng: np.random.Generator, *, arrivals: bool) -> RequestSpec:
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise DatasetError(f"{where}: not valid JSON ({exc.msg})") from exc
-    if not isinstance(row, dict):
-        raise DatasetError(f"{where}: expected a JSON object, got {type(row).__name__}")
+    row = _json_object(line, where)
     keys = cfg.fields
     input_len = _count(row, keys.input_length, where)
     output_len = _count(row, keys.output_length, where)
