@@ -471,10 +471,7 @@ async def _measure(
 
     for i, (spec, offset) in enumerate(zip(specs, offsets, strict=True)):
         target = offset / k
-        delay = target - (clock() - t0)
-        if delay > 0:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), delay)
+        await _until(target, t0, stop)
         if stop.is_set():
             break
         task = asyncio.create_task(one(i, spec, target))
@@ -522,12 +519,6 @@ async def _measure_sessions(
         if monitor.observe(record):
             stop.set()
 
-    async def until(target: float) -> None:
-        delay = target - (clock() - t0)
-        if delay > 0:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), delay)
-
     async def converse(indices: list[int], offset: float) -> None:
         conversation = Conversation()
         target = offset / k
@@ -536,12 +527,10 @@ async def _measure_sessions(
             spec = specs[i]
             if last is not None:  # the user reads the answer, then writes the next turn
                 target = (last.timings.end or clock() - t0) + spec.think_time_s / k
-            await until(target)
+            await _until(target, t0, stop)
             if stop.is_set():
                 return
-            if slots is not None:
-                await slots.acquire()
-            try:
+            async with slots if slots is not None else contextlib.nullcontext():
                 chat = endpoint == "chat"
                 message = spec.prompt if chat or conversation.ids is None \
                     else _prompt(spec, pool, endpoint)
@@ -554,9 +543,6 @@ async def _measure_sessions(
                     session, url, payload, index=i, prompt_len=spec.prompt_len, t0=t0,
                     target=target, ready=max(target, clock() - t0), deadline_s=deadline_s,
                     headers=_headers(options, i), keep_text=True)
-            finally:
-                if slots is not None:
-                    slots.release()
             answered = replace(record, session=spec.session, turn=spec.turn,
                                context_tokens=conversation.context_tokens)
             finish(answered if options.keep_text else replace(answered, text=None))
@@ -582,6 +568,14 @@ async def _measure_sessions(
     await asyncio.gather(*tasks, return_exceptions=True)
     done.sort(key=lambda r: r.index)
     return done, monitor.tripped, end
+
+
+async def _until(target: float, t0: float, stop: asyncio.Event) -> None:
+    """Wait until ``target`` (wall seconds after ``t0``), or until the run is stopped."""
+    delay = target - (time.perf_counter() - t0)
+    if delay > 0:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), delay)
 
 
 def _unsent(spec: RequestSpec, index: int, failed: RequestRecord, now: float) -> RequestRecord:
