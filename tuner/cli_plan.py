@@ -145,8 +145,8 @@ def _show(out: CapacityOut) -> None:
         marks = [m for m, on in (("confirmed", o.confirmed), ("[yellow]stale[/]", o.stale))
                  if on]
         table.add_row(o.model, o.gpu, f"{o.replicas} × {o.gpus_per_replica}", str(o.gpus),
-                      _rate(o.per_replica_rps),
-                      "capacity" if o.basis == "capacity" else "goodput (lower bound)",
+                      _rate(o.per_replica_rps), _BASIS_WORDS[o.basis]
+                      + (f" ({o.confidence.level} confidence)" if o.confidence else ""),
                       _money(o.price_per_gpu_hour), _money(o.cost_per_hour),
                       _flags(o.config), ", ".join(str(t) for t in o.trial_ids), " ".join(marks))
     console.print(table)
@@ -154,6 +154,22 @@ def _show(out: CapacityOut) -> None:
         console.print(f"note: {out.basis_note}", highlight=False)
     for note in out.notes:
         console.print(f"note: {note}", highlight=False)
+    if out.confidence is not None:
+        c = out.confidence
+        above = "never broke" if c.bracket[1] is None else f"broke at {_rate(c.bracket[1])}"
+        console.print(
+            f"confidence: {c.level} — passed at {_rate(c.bracket[0])} req/s, {above}; "
+            f"{c.probes} probe(s) decided, {c.unknown_probes} could not be scored, "
+            f"{c.measurements} measurement(s)"
+            + ("" if c.spread is None else f", spread {c.spread:.0%}")
+            + ("" if c.interpolated is None
+               else f"; interpolated between the probes: {_rate(c.interpolated)} req/s "
+                    "(an estimate, not sized on)")
+            + ("" if c.undecided is None else f"; undecided: {c.undecided}"),
+            highlight=False)
+    for r in out.remeasure:
+        console.print(f"re-measure under this SLO: {_flags(r.config)} on {r.gpu} (trials "
+                      f"{', '.join(map(str, r.trial_ids))}): {r.why}", highlight=False)
 
 
 def _sentence(out: CapacityOut) -> str:
@@ -161,12 +177,17 @@ def _sentence(out: CapacityOut) -> str:
     gpus = f"{out.gpus} GPU{'s' if out.gpus != 1 else ''}"
     cost = (f"no price for {out.gpu}" if out.cost_per_hour is None
             else f"{_money(out.cost_per_hour)}/h")
-    basis = ("measured capacity" if out.basis == "capacity"
-             else "a goodput lower bound of")
+    basis = {"capacity": "measured capacity",
+             "rescored_probes": "the stored probes (no sweep measured this SLO), capacity",
+             "goodput_lower_bound": "a goodput lower bound of"}[out.basis]
     config = f"{out.model} with {_flags(out.config)}" if out.config else \
         f"{out.model} with the engine's defaults"
     return (f"{_rate(out.target_rps)} req/s of {out.workload} needs {replicas} ({gpus}, "
             f"{cost}) of {config}, from {basis} {_rate(out.per_replica_rps)} req/s per replica")
+
+
+_BASIS_WORDS = {"capacity": "capacity", "goodput_lower_bound": "goodput (lower bound)",
+                "rescored_probes": "rescored probes"}
 
 
 def _flags(config: dict[str, Any]) -> str:

@@ -848,6 +848,8 @@ class CapacityProbe(_Strict):
     early_abort: str | None = None
     """Why the probe stopped measuring early (its own SLO could no longer hold); its
     percentiles then cover only the requests that finished before."""
+    early_abort_metric: str | None = None
+    """The metric whose breakers stopped it (too many for the percentile to hold)."""
 
 
 class QualityVerdict(_Strict):

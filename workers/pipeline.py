@@ -198,6 +198,7 @@ def probe_measurement(spec: TrialSpec, measured: Measured) -> dict[str, Any]:
         "total_token_throughput": sc.total_token_throughput,
         "send_lag_p99_ms": run.send_lag.p99_ms, "client_bound": run.send_lag.client_bound,
         "early_abort": run.early_abort.reason if run.early_abort else None,
+        "early_abort_metric": run.early_abort.metric if run.early_abort else None,
     }
 
 
