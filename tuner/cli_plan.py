@@ -1,4 +1,5 @@
-"""``slotune plan``: how many replicas of which configuration carry N req/s, at what cost.
+"""``slotune plan`` (how many replicas of which configuration carry N req/s, at what
+cost) and ``slotune frontier`` (every probed point of a workload, as CSV or JSON).
 
 The command asks the API's own question (:class:`~tuner.api.schemas.CapacityIn`, so the
 same bounds) and gets the API's own answer (:func:`tuner.api.routes.capacity.answer`:
@@ -29,7 +30,7 @@ from tuner.settings import GPU_PRICE_MAX, get_settings, gpu_price_table
 if TYPE_CHECKING:  # the API's modules load FastAPI: only when the command runs
     from tuner.api.schemas import CapacityOut
 
-__all__ = ["parse_gpu_prices", "plan_command"]
+__all__ = ["frontier_command", "parse_gpu_prices", "plan_command"]
 
 
 def plan_command(
@@ -91,6 +92,64 @@ def plan_command(
         print(json.dumps(out.model_dump(mode="json"), indent=2))
         return
     _show(out)
+
+
+def frontier_command(
+    workload: Annotated[str, typer.Option("--workload", "-w", help="The workload.",
+                                          show_default=False)],
+    model: Annotated[str | None, typer.Option(help="Only this model.")] = None,
+    gpu: Annotated[str | None, typer.Option(help="Only this GPU type.")] = None,
+    slo: Annotated[str | None, typer.Option(
+        help="The SLO whose percentile, targets and winner the points are read under, as "
+        "'ttft:300,tpot:50' (default: the one the sweeps used).")] = None,
+    output_format: Annotated[str, typer.Option(
+        "--format", help="csv (one row per probed point) or json (GET "
+        "/api/v1/workloads/NAME/frontier's answer: points, winner, capacity grid).")] = "csv",
+    database_url: Annotated[str | None, typer.Option(
+        "--database-url", help="Database URL (default: DATABASE_URL, else the embedded "
+        "SQLite file).", show_default=False)] = None,
+) -> None:
+    """Interactivity (output tokens/s per user) against output tokens/s per GPU for every
+    configuration and probed rate of a workload, its Pareto frontier and winner.
+
+    Exit codes: 0 written; 1 no capacity sweep of the workload, or the database failed;
+    2 a mistake (an unknown workload, a bad value, several (model, GPU) or SLOs and none
+    named)."""
+    from tuner.api.errors import InvalidInput
+    from tuner.api.params import canonical_slo
+    from tuner.frontier import build_frontier, to_csv
+    from tuner.planner import NothingMeasured, PlanError
+    from tuner.store import NotFound, Store
+
+    if output_format not in ("csv", "json"):
+        raise _fail(f"--format {output_format!r}: valid: csv, json", 2)
+    try:
+        settings = get_settings()
+        key = canonical_slo(slo, ("--slo",))
+    except ValidationError as exc:
+        raise _fail("; ".join(e["msg"].removeprefix("Value error, ")
+                              for e in exc.errors(include_url=False)), 2) from None
+    except InvalidInput as exc:
+        raise _fail(f"--slo {slo!r}: {exc.msg}", 2) from None
+    try:
+        with Store(database_url or settings.database.url) as store:
+            store.check_schema()
+            answer = build_frontier(store, workload=workload, model=model, gpu=gpu, slo=key,
+                                    gpu_prices=settings.planner.prices(None))
+    except NotFound as exc:
+        raise _fail(str(exc), 2) from None
+    except StorageError as exc:
+        raise _fail(str(exc), exit_code(exc)) from None
+    except PlanError as exc:
+        code = 1 if isinstance(exc, NothingMeasured) else 2
+        message = str(exc)
+        for name in ("slo", "model", "gpu"):
+            message = message.replace(f"with {name}", f"with --{name}")
+        raise _fail(message, code) from None
+    if output_format == "json":
+        print(json.dumps(answer.model_dump(mode="json"), indent=2))
+    else:
+        sys.stdout.write(to_csv(answer))
 
 
 _PRICE_FORM = (f"NAME=PRICE, PRICE in USD per GPU-hour (a number from 0 to {GPU_PRICE_MAX:g}), "

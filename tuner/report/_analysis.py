@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tuner.db.records import BestConfig, CardRecord, SweepRecord, TrialRecord
+from tuner.frontier import pareto_front  # one definition: the frontier owns it
 from tuner.progress import ConfirmedCandidate, SweepProgress, TwinProgress
 from tuner.strategies import NOISE_TOLERANCE, params_key, rank
 from workers.contracts import BOOT_PHASES, TrialResult
@@ -277,17 +278,6 @@ class SweepReport:
         points = [(t.throughput, t.metric(f"p99_{metric}_ms")) for t in self.measured]
         clean = [(x, y) for x, y in points if x is not None and y is not None]
         return clean, pareto_front(clean)
-
-
-def pareto_front(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
-    """The points no other point beats (more throughput ``x`` AND less latency ``y``),
-    sorted by x. A point equal to another one is kept once."""
-    front = []
-    for x, y in sorted(set(points)):
-        dominated = any(ox >= x and oy <= y and (ox, oy) != (x, y) for ox, oy in points)
-        if not dominated:
-            front.append((x, y))
-    return front
 
 
 def analyse(sweep: SweepRecord, trials: Sequence[TrialRecord], cards: Sequence[CardRecord],
