@@ -82,7 +82,8 @@ def _check_chart(driver: WebDriver, frontier: dict[str, Any]) -> None:
         shown = svg.find_elements(By.CSS_SELECTOR, f'g[data-series="{name}"] circle.pt')
         assert len(shown) == sum(p["meets_slo"] == verdict for p in drawn), name
     line = svg.find_element(By.CSS_SELECTOR, 'g[data-series="Pareto frontier"] polyline')
-    assert len(line.get_attribute("points").split()) == sum(p["on_frontier"] for p in drawn)
+    assert len((line.get_attribute("points") or "").split()) == sum(p["on_frontier"]
+                                                                    for p in drawn)
     ref = svg.find_element(By.CSS_SELECTOR, "line.ref")
     assert float(ref.get_attribute("data-y") or "nan") == frontier["min_interactivity_tps"] == 20
     assert "TPOT ≤ 50 ms" in svg.find_element(By.CSS_SELECTOR, "text.ref-label").text

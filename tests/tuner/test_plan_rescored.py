@@ -128,8 +128,8 @@ def test_plan_under_a_new_slo_answers_from_the_stored_probes(swept: str) -> None
     probes = TrialResult.model_validate(trial.result).capacity_probes
     new = SLO.parse(NEW_SLO)
     at = next(p for p in probes if p.request_rate == plan["per_replica_rps"])
-    assert at.percentiles_ms["tpot"]["p99"] is not None
-    assert at.percentiles_ms["tpot"]["p99"] <= 30 and at.percentiles_ms["ttft"]["p99"] <= 500
+    tpot, ttft = at.percentiles_ms["tpot"]["p99"], at.percentiles_ms["ttft"]["p99"]
+    assert tpot is not None and ttft is not None and tpot <= 30 and ttft <= 500
     above = [probe_verdict(p, new, own_slo=SLO.model_validate(sweep.slo),
                            max_error_rate=0.05).verdict
              for p in probes if p.request_rate > at.request_rate]

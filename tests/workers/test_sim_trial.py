@@ -159,8 +159,8 @@ def test_each_probe_keeps_what_it_measured() -> None:
         # the lab workload asks 128 output tokens of each request
         assert probe.output_throughput == pytest.approx(probe.request_throughput * 128,
                                                         rel=0.05)
-        assert probe.total_token_throughput and probe.total_token_throughput > \
-            probe.output_throughput
+        assert probe.total_token_throughput and probe.output_throughput
+        assert probe.total_token_throughput > probe.output_throughput
         assert probe.send_lag_p99_ms is not None and probe.client_bound is False
     held = [p for p in r.capacity_probes if p.gate_passed]
     assert held and all(p.request_throughput == pytest.approx(p.request_rate, rel=0.35)
