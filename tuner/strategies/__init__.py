@@ -24,13 +24,9 @@ from tuner.strategies._base import (
     params_key,
     unplaceable_result,
 )
+from tuner.strategies._cards import ExperimentCard
 from tuner.strategies._confirm import Confirmation, ConfirmedConfig, confirm
-from tuner.strategies._guided import (
-    WALL_KNOBS,
-    ExperimentCard,
-    GuidedStrategy,
-    GuidedTPEStrategy,
-)
+from tuner.strategies._guided import WALL_KNOBS, GuidedStrategy, GuidedTPEStrategy
 from tuner.strategies._ranking import NOISE_TOLERANCE, best_index, rank
 from tuner.strategies._simple import GridStrategy, RandomStrategy
 from tuner.strategies._tpe import TPEStrategy

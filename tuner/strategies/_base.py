@@ -33,15 +33,13 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import optuna
 
 from tuner.spaces import SearchSpace
+from tuner.strategies._cards import ExperimentCard
 from workers.contracts import SLO_METRICS, KnobValue, TrialResult
-
-if TYPE_CHECKING:
-    from tuner.strategies._guided import ExperimentCard
 
 __all__ = [
     "CONSTRAINT_KEYS",
