@@ -41,7 +41,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import optuna
-from sqlalchemy import exc as sa_exc
 
 from tuner.baselines import QualityBaselines
 from tuner.confirmation import ConfirmationPhase, Slot, top_configurations
@@ -81,10 +80,9 @@ times are on the database's clock, so the coordinator works, but its log's times
 
 ProgressFn = Callable[[dict[str, Any]], None]
 
-TRANSIENT_STORAGE_ERRORS: tuple[type[Exception], ...] = (
-    StorageUnavailable, optuna.exceptions.StorageInternalError, sa_exc.OperationalError,
-    sa_exc.InterfaceError)
-"""The database (ours or Optuna's, the same server) is down or restarting: retry later."""
+TRANSIENT_STORAGE_ERRORS: tuple[type[Exception], ...] = (StorageUnavailable,)
+"""The database (ours or Optuna's, the same server) is down or restarting: retry later.
+Optuna's storage translates its errors as the store does (``tuner.db.optuna_storage``)."""
 
 
 @dataclass
