@@ -17,13 +17,11 @@ from tuner.strategies import (
     GuidedStrategy,
     StrategyError,
     TPEStrategy,
-    confirm,
     make_strategy,
     params_key,
     rank,
 )
 from workers.contracts import TrialResult
-from workers.sim_trial import run_virtual_trial
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -233,24 +231,6 @@ def test_ranking_prefers_headroom_within_noise() -> None:
 
     results = [res(10.0, 0.9), res(9.9, 0.5), res(8.0, 0.1)]
     assert rank(results) == [1, 0, 2]
-
-
-def test_confirm_reruns_interleaved_and_picks_by_lower_confidence_bound() -> None:
-    space = SPACE.model_copy(update={"mode": "goodput"})
-    good = {**space.defaults(), "max_num_seqs": 128}
-    starved = {**space.defaults(), "max_num_seqs": 128, "max_num_batched_tokens": 256}
-
-    def evaluate(params: Any, repeat: int) -> TrialResult:
-        spec = space.to_trial_spec(params, f"c{repeat}")
-        spec = spec.model_copy(update={"sim": spec.sim.model_copy(
-            update={"noise": 0.05, "seed": repeat})})
-        return run_virtual_trial(spec, per_request=False)
-
-    out = confirm([starved, good], evaluate, repeats=3)
-    assert out.order == (0, 1, 0, 1, 0, 1)
-    assert all(c.lcb <= c.mean for c in out.candidates)
-    assert out.winner is not None and out.winner.params == good
-    assert len(set(out.candidates[1].headrooms)) > 1  # noise: the repeats differ
 
 
 def test_a_tell_retried_after_the_storage_failed_mid_tell_writes_each_constraint_once(
