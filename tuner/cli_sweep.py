@@ -505,7 +505,7 @@ def coordinator_command(
     runner = _executor(executor, gpus)
     coordinator = Coordinator(store, runner, database_url=url)
     print(f"{coordinator.coordinator_id}: serving sweeps from {redact_url(url)} "
-          f"on {runner.capacity()} GPUs", flush=True)
+          f"on {runner.gpu_count()} GPUs", flush=True)
     try:
         coordinator.serve(poll_s=poll, once=once, start_wait_s=database_wait)
     except StorageError as exc:

@@ -140,7 +140,7 @@ class SweepRunner:
         self.executor = executor
         self.coordinator_id = coordinator_id
         self.database_url = database_url
-        self.share = share or GpuShare(executor.capacity())
+        self.share = share or GpuShare(executor.gpu_count())
         self.trials: TrialLauncher[_Attempt | _Baseline] = TrialLauncher(
             executor, self.share, sweep.id)
         """The search's trials (and quality baselines) in flight."""
@@ -151,7 +151,7 @@ class SweepRunner:
         self.budget = Budget(SweepBudget.model_validate(budget))
         self.strategy: Strategy = self._strategy()
         self.baselines: QualityBaselines[Proposal] = QualityBaselines(
-            self.space, sweep.id, max_parked=self.share.capacity)
+            self.space, sweep.id, max_parked=self.share.gpus)
         self._ready: list[tuple[Proposal, TrialSpec]] = []
         """Lossy proposals whose baseline answered, to launch before asking for more."""
         self.results: list[tuple[TrialRecord, TrialResult]] = []
@@ -680,7 +680,7 @@ class SweepRunner:
     def progress(self, *, phase: Phase, stop_reason: str | None = None) -> SweepProgress:
         statuses = [res.status for _, res in self.results]
         remaining = max(0, self.budget.limits.max_trials - self._trials_started())
-        parallel = max(1, min(self.share.capacity, self.budget.limits.max_parallel or 10**6))
+        parallel = max(1, min(self.share.gpus, self.budget.limits.max_parallel or 10**6))
         mean = sum(self._durations) / len(self._durations) if self._durations else None
         eta = None if mean is None else (
             math.ceil((remaining + len(self.trials)) / parallel) * mean)

@@ -54,8 +54,8 @@ class Scripted(TrialExecutor):
                 {**result.model_dump(), **update})))
         return out
 
-    def capacity(self) -> int:
-        return self.inner.capacity()
+    def gpu_count(self) -> int:
+        return self.inner.gpu_count()
 
     def cancel(self, handle: Hashable) -> None:
         self.cancelled.append(handle)
@@ -128,7 +128,7 @@ def test_the_launcher_keeps_a_sweep_within_its_share_and_gives_gpus_back() -> No
 
 def phase(executor: TrialExecutor, calls: list[tuple[int, int, int]],
           candidates: list[dict[str, Any]], repeats: int = 2) -> ConfirmationPhase:
-    share = GpuShare(executor.capacity())
+    share = GpuShare(executor.gpu_count())
     share.join(7)
 
     def spec_for(i: int, r: int, attempt: int) -> TrialSpec:
