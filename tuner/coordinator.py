@@ -525,7 +525,7 @@ class SweepRunner:
             self.since_improvement += 1
 
     def _gpus_of(self, params: dict[str, KnobValue]) -> int:
-        return replica_gpus({**self.space.fixed, **params})
+        return replica_gpus(self.space.flags(params))
 
     def _spec(self, params: dict[str, KnobValue], trial_id: str, **overrides: Any) -> TrialSpec:
         if self.space.mode == "capacity" and self.best is not None and "capacity" not in overrides:
