@@ -579,8 +579,8 @@ def coordinator_command(
     coordinator = Coordinator(store, runner, database_url=url, sweep_log=sweep_log)
     sweep_log.message("coordinator_started",
                       f"{coordinator.coordinator_id}: serving sweeps from {redact_url(url)} "
-                      f"on {runner.capacity()} GPUs", coordinator=coordinator.coordinator_id,
-                      gpus=runner.capacity())
+                      f"on {runner.gpu_count()} GPUs", coordinator=coordinator.coordinator_id,
+                      gpus=runner.gpu_count())
     try:
         coordinator.serve(poll_s=poll, once=once, start_wait_s=database_wait)
     except StorageError as exc:

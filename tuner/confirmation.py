@@ -12,17 +12,25 @@ row linked to the trial it re-runs: a repeat costs a full boot, and its timings,
 and engine facts are kept like any trial's); repeats a resumed sweep already stored come
 in as ``done`` and are not run again. Storing is the runner's job: nothing here touches
 the database.
+
+The winner is the candidate with the highest lower confidence bound of its objective,
+mean − z·stdev/√n (:func:`choose`): one lucky run should not crown a configuration, and
+the interleaved order makes drift over the session (thermal, a neighbour's load) hit
+every candidate alike. Within noise of the best bound, more SLO headroom wins (the same
+tie-break as the search).
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tuner.launcher import TrialLauncher, gpu_hours, retry_as
-from tuner.strategies import confirm, params_key, rank
+from tuner.strategies import params_key, rank
 from workers.contracts import KnobValue, TrialResult, TrialSpec
 
 Slot = tuple[int, int]
@@ -34,6 +42,43 @@ Record = Callable[[Slot, int, TrialSpec, TrialResult], None]
 """Called with (slot, attempt, spec, result) for every attempt that ends."""
 
 POLL_S = 2.0
+LCB_Z = 1.645
+"""One-sided 95 %: the bound a winner's objective stays above in 19 runs of 20."""
+WITHIN_NOISE = 0.02
+"""Bounds this close to the best (relative) are a tie, broken by SLO headroom."""
+
+
+@dataclass(frozen=True, slots=True)
+class Repeated:
+    """One candidate's repeats: their objectives and headrooms, and the bound they give."""
+
+    objectives: tuple[float, ...]
+    headrooms: tuple[float, ...]
+    mean: float
+    stdev: float
+    lcb: float
+
+    @classmethod
+    def of(cls, results: Sequence[TrialResult]) -> Repeated:
+        objs = tuple(r.objective for r in results)
+        mean = statistics.fmean(objs) if objs else 0.0
+        sd = statistics.stdev(objs) if len(objs) > 1 else 0.0
+        heads = tuple(r.headroom if r.headroom is not None else math.inf for r in results)
+        return cls(objs, heads, mean, sd, mean - LCB_Z * sd / math.sqrt(max(len(objs), 1)))
+
+
+def choose(candidates: Sequence[Repeated]) -> int | None:
+    """The index of the winner among ``candidates`` (module docstring); None if none."""
+    if not candidates:
+        return None
+    top = max(c.lcb for c in candidates)
+
+    def key(i: int) -> tuple[int, float, float]:
+        c = candidates[i]
+        within = top > 0 and c.lcb >= top * (1 - WITHIN_NOISE)
+        return (0, statistics.fmean(c.headrooms), -c.lcb) if within else (1, -c.lcb, 0.0)
+
+    return min(range(len(candidates)), key=key)
 
 
 def top_configurations(results: Sequence[tuple[Mapping[str, KnobValue], TrialResult]],
@@ -136,17 +181,16 @@ class ConfirmationPhase:
 
     def _outcome(self, candidates: Sequence[Mapping[str, KnobValue]],
                  runs: dict[Slot, TrialResult]) -> ConfirmationOutcome:
-        index = {params_key(dict(p)): i for i, p in enumerate(candidates)}
-        result = confirm(candidates, lambda params, r: runs[(index[params_key(dict(params))], r)],
-                         repeats=self.repeats)
+        repeated = [Repeated.of([runs[(i, r)] for r in range(self.repeats)])
+                    for i in range(len(candidates))]
+        winner = choose(repeated)
         table = [{
-            "params": c.params, "runs": list(c.objectives), "mean": c.mean,
-            "stdev": c.stdev, "lcb": c.lcb, "winner": c is result.winner,
-            "details": [_summary(runs[(index[params_key(c.params)], r)])
-                        for r in range(self.repeats)],
-            "candidate": index[params_key(c.params)],
-        } for c in result.candidates]
-        if result.winner is None:
+            "params": dict(params), "runs": list(c.objectives), "mean": c.mean,
+            "stdev": c.stdev, "lcb": c.lcb, "winner": i == winner,
+            "details": [_summary(runs[(i, r)]) for r in range(self.repeats)],
+            "candidate": i,
+        } for i, (params, c) in enumerate(zip(candidates, repeated, strict=True))]
+        if winner is None:
             return ConfirmationOutcome(None, False, 0.0, table)
-        return ConfirmationOutcome(index[params_key(result.winner.params)],
-                                   result.winner.lcb > 0, result.winner.mean, table)
+        return ConfirmationOutcome(winner, repeated[winner].lcb > 0, repeated[winner].mean,
+                                   table)

@@ -41,7 +41,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import optuna
-from sqlalchemy import exc as sa_exc
 
 from tuner.baselines import QualityBaselines
 from tuner.confirmation import ConfirmationPhase, Slot, top_configurations
@@ -82,10 +81,9 @@ times are on the database's clock, so the coordinator works, but its log's times
 
 ProgressFn = Callable[[dict[str, Any]], None]
 
-TRANSIENT_STORAGE_ERRORS: tuple[type[Exception], ...] = (
-    StorageUnavailable, optuna.exceptions.StorageInternalError, sa_exc.OperationalError,
-    sa_exc.InterfaceError)
-"""The database (ours or Optuna's, the same server) is down or restarting: retry later."""
+TRANSIENT_STORAGE_ERRORS: tuple[type[Exception], ...] = (StorageUnavailable,)
+"""The database (ours or Optuna's, the same server) is down or restarting: retry later.
+Optuna's storage translates its errors as the store does (``tuner.db.optuna_storage``)."""
 
 
 @dataclass
@@ -144,7 +142,7 @@ class SweepRunner:
         self.executor = executor
         self.coordinator_id = coordinator_id
         self.database_url = database_url
-        self.share = share or GpuShare(executor.capacity())
+        self.share = share or GpuShare(executor.gpu_count())
         self.trials: TrialLauncher[_Attempt | _Baseline] = TrialLauncher(
             executor, self.share, sweep.id)
         """The search's trials (and quality baselines) in flight."""
@@ -159,7 +157,7 @@ class SweepRunner:
         self.budget = Budget(SweepBudget.model_validate(budget))
         self.strategy: Strategy = self._strategy()
         self.baselines: QualityBaselines[Proposal] = QualityBaselines(
-            self.space, sweep.id, max_parked=self.share.capacity)
+            self.space, sweep.id, max_parked=self.share.gpus)
         self._ready: list[tuple[Proposal, TrialSpec]] = []
         """Lossy proposals whose baseline answered, to launch before asking for more."""
         self.results: list[tuple[TrialRecord, TrialResult]] = []
@@ -548,7 +546,7 @@ class SweepRunner:
             self.since_improvement += 1
 
     def _gpus_of(self, params: dict[str, KnobValue]) -> int:
-        return replica_gpus({**self.space.fixed, **params})
+        return replica_gpus(self.space.flags(params))
 
     def _spec(self, params: dict[str, KnobValue], trial_id: str, **overrides: Any) -> TrialSpec:
         if self.space.mode == "capacity" and self.best is not None and "capacity" not in overrides:
@@ -711,7 +709,7 @@ class SweepRunner:
     def progress(self, *, phase: Phase, stop_reason: str | None = None) -> SweepProgress:
         statuses = [res.status for _, res in self.results]
         remaining = max(0, self.budget.limits.max_trials - self._trials_started())
-        parallel = max(1, min(self.share.capacity, self.budget.limits.max_parallel or 10**6))
+        parallel = max(1, min(self.share.gpus, self.budget.limits.max_parallel or 10**6))
         mean = sum(self._durations) / len(self._durations) if self._durations else None
         eta = None if mean is None else (
             math.ceil((remaining + len(self.trials)) / parallel) * mean)

@@ -3,20 +3,21 @@
 Contract (:class:`TrialExecutor`): :meth:`submit` starts a trial and returns a handle at
 once; :meth:`wait` returns the trials that finished within a timeout (each exactly
 once, as a :class:`~workers.contracts.TrialResult` — a lost worker is a ``worker_lost``
-result, never an exception); :meth:`capacity` is how many GPUs it schedules onto;
+result, never an exception); :meth:`gpu_count` is how many GPUs it schedules onto;
 :meth:`cancel` ends a trial (its engine dies with it); :meth:`unplaceable` says why a
 trial could never be placed on what the executor can ever offer (None: it can, or may
 once a node joins). One coordinator thread per sweep may call an executor;
 implementations are thread-safe for that use.
 
-**What can ever be placed.** A trial needs ``spec.gpus`` (TP × PP) GPUs on one node — of
-its GPU type where the cluster advertises types — or as many CPU cores for vLLM's CPU
-build. The virtual executor offers its ``num_gpus``; a local Ray its one node; a Ray
-cluster the largest node alive, or ``$SLOTUNE_MAX_NODE_GPUS`` where an autoscaler may add
-a larger node type than any running now (Ray does not tell a driver its autoscaler's
-node types). A trial bigger than that would wait in Ray's queue forever.
+**What can ever be placed.** A trial needs ``spec.gpus`` GPUs on one node (a replica's
+devices, :func:`~workers.contracts.replica_gpus`) — of its GPU type where the cluster
+advertises types — or as many CPU cores for vLLM's CPU build. The virtual executor
+offers its ``num_gpus``; a local Ray its one node; a Ray cluster the largest node alive,
+or ``$SLOTUNE_MAX_NODE_GPUS`` where an autoscaler may add a larger node type than any
+running now (Ray does not tell a driver its autoscaler's node types). A trial bigger
+than that would wait in Ray's queue forever.
 
-* :class:`RayExecutor` — trials as Ray tasks with ``num_gpus = tensor_parallel_size``
+* :class:`RayExecutor` — trials as Ray tasks with ``num_gpus = spec.gpus``
   (a local Ray with simulated GPUs by default; a cluster with ``RAY_ADDRESS``). A watch
   thread knocks on the Ray head's GCS port every second: once it has not answered for
   :data:`HEAD_LOST_AFTER_S`, every call raises :class:`ExecutorLost` (Ray itself would
@@ -115,7 +116,7 @@ class TrialExecutor(abc.ABC):
 
     def choice(self) -> ExecutorChoice:
         """What a sweep records of where its trials ran: this kind, these GPUs."""
-        return ExecutorChoice(kind=self.kind, gpus=self.capacity())
+        return ExecutorChoice(kind=self.kind, gpus=self.gpu_count())
 
     @abc.abstractmethod
     def submit(self, spec: TrialSpec) -> Handle: ...
@@ -125,7 +126,7 @@ class TrialExecutor(abc.ABC):
         """The finished ones among ``handles`` (possibly none before the timeout)."""
 
     @abc.abstractmethod
-    def capacity(self) -> int:
+    def gpu_count(self) -> int:
         """GPUs trials can be scheduled onto."""
 
     @abc.abstractmethod
@@ -205,7 +206,7 @@ class RayExecutor(TrialExecutor):
             out.append((ref, result))
         return out
 
-    def capacity(self) -> int:
+    def gpu_count(self) -> int:
         self.check()
         resources: dict[str, float] = self._head.ask(self._ray.cluster_resources)
         return int(resources.get("GPU", 0))
@@ -354,7 +355,7 @@ class VirtualExecutor(TrialExecutor):
             out.append((handle, future.result()))
         return out
 
-    def capacity(self) -> int:
+    def gpu_count(self) -> int:
         return self._gpus
 
     def unplaceable(self, spec: TrialSpec) -> str | None:

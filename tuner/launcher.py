@@ -32,12 +32,12 @@ T = TypeVar("T")
 class GpuShare:
     """GPUs shared fairly between the sweeps one coordinator runs at once.
 
-    A sweep may hold at most its fair share (capacity ÷ active sweeps, at least one
+    A sweep may hold at most its fair share (``gpus`` ÷ active sweeps, at least one
     trial's worth) while others wait, and everything when it runs alone.
     """
 
-    def __init__(self, capacity: int) -> None:
-        self.capacity = max(1, capacity)
+    def __init__(self, gpus: int) -> None:
+        self.gpus = max(1, gpus)
         self._held: dict[int, int] = {}
         self._active: set[int] = set()
         self._lock = threading.Lock()
@@ -78,8 +78,8 @@ class GpuShare:
     def _fits(self, sweep_id: int, gpus: int) -> bool:
         """Free GPUs for it, within the sweep's fair share (caller holds the lock)."""
         used = sum(self._held.values())
-        fair = max(gpus, self.capacity // max(1, len(self._active)))
-        return used + gpus <= self.capacity and self._held.get(sweep_id, 0) + gpus <= fair
+        fair = max(gpus, self.gpus // max(1, len(self._active)))
+        return used + gpus <= self.gpus and self._held.get(sweep_id, 0) + gpus <= fair
 
     def release(self, sweep_id: int, gpus: int) -> None:
         with self._lock:
@@ -156,9 +156,9 @@ class TrialLauncher(Generic[T]):
     def never_placed(self, spec: TrialSpec) -> str | None:
         """Why ``spec`` can never run here (None: it can, now or once GPUs free up)."""
         reason = self.executor.unplaceable(spec)
-        if reason is None and spec.device == "gpu" and spec.gpus > self.share.capacity:
+        if reason is None and spec.device == "gpu" and spec.gpus > self.share.gpus:
             reason = (f"needs {spec.gpus} GPUs; this coordinator schedules onto "
-                      f"{self.share.capacity}")
+                      f"{self.share.gpus}")
         return reason
 
     def reserve(self, spec: TrialSpec) -> bool:

@@ -16,6 +16,7 @@ import optuna
 
 from tuner.db.optuna_storage import optuna_storage
 from tuner.db.records import SweepRecord
+from tuner.store import study_name_for
 from tuner.strategies import StudyOpener
 
 __all__ = ["STUDY_KEY_ATTR", "sweep_study"]
@@ -30,7 +31,7 @@ def sweep_study(sweep: SweepRecord, database_url: str) -> StudyOpener:
     def open_study(sampler: optuna.samplers.BaseSampler) -> optuna.Study:
         storage = optuna_storage(database_url)
         key = f"{sweep.id}@{sweep.created_at.isoformat()}"
-        name = sweep.optuna_study_name or f"slotune-sweep-{sweep.id}"
+        name = sweep.optuna_study_name or study_name_for(sweep.id)
         try:
             found: optuna.Study | None = optuna.load_study(study_name=name, storage=storage,
                                                            sampler=sampler)

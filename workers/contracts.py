@@ -62,6 +62,7 @@ __all__ = [
     "TrialStatus",
     "TrialTimeouts",
     "Workload",
+    "engine_flags",
     "engine_options_problem",
     "lift_sim_gpu",
     "replica_gpus",
@@ -470,6 +471,13 @@ KnobValue = bool | int | float | str | dict[str, Any] | None
 """A knob's value: vLLM flag values, or a JSON object (``speculative_config``)."""
 
 
+def engine_flags(fixed: Mapping[str, KnobValue], knobs: Mapping[str, KnobValue]
+                 ) -> dict[str, KnobValue]:
+    """A configuration's engine flags: a space's fixed arguments overridden by the
+    sampled knobs (the one place they are merged: spaces, specs, the coordinator)."""
+    return {**fixed, **knobs}
+
+
 class TrialTimeouts(_Strict):
     """Wall-clock limits of one trial's phases, seconds."""
 
@@ -692,8 +700,8 @@ class TrialSpec(_Strict):
 
     @property
     def engine_flags(self) -> dict[str, KnobValue]:
-        """Fixed arguments overridden by the sampled knobs."""
-        return {**self.engine_args, **self.knobs}
+        """Fixed arguments overridden by the sampled knobs (:func:`engine_flags`)."""
+        return engine_flags(self.engine_args, self.knobs)
 
     def baseline(self) -> TrialSpec:
         """The lossless baseline of a lossy configuration: the same trial with the quality

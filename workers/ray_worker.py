@@ -74,7 +74,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from workers.contracts import PhaseTimings, TrialResult, TrialSpec
 from workers.engines import adapter_for
-from workers.engines.redact import REDACTED, SECRET_FLAGS, redact_text
+from workers.engines.redact import flag_secrets, redact
 from workers.trial import run_trial
 
 __all__ = [
@@ -214,12 +214,7 @@ def redact_log(text: str, spec: TrialSpec, env: Mapping[str, str] | None = None)
     The engine's environment is a subset of the worker's, so this hides at least what
     the adapter's own redaction hides; the excerpt is stored in the database.
     """
-    text = redact_text(text, os.environ if env is None else env)
-    for name, value in spec.engine_flags.items():
-        flag = "--" + name.replace("_", "-")
-        if flag in SECRET_FLAGS and isinstance(value, str) and len(value) >= 4:
-            text = text.replace(value, REDACTED)
-    return text
+    return redact(text, os.environ if env is None else env, flag_secrets(spec.engine_flags))
 
 
 def log_excerpt(path: Path, limit: int = LOG_EXCERPT_BYTES, *,

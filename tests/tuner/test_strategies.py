@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -16,13 +17,11 @@ from tuner.strategies import (
     GuidedStrategy,
     StrategyError,
     TPEStrategy,
-    confirm,
     make_strategy,
     params_key,
     rank,
 )
 from workers.contracts import TrialResult
-from workers.sim_trial import run_virtual_trial
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -234,19 +233,31 @@ def test_ranking_prefers_headroom_within_noise() -> None:
     assert rank(results) == [1, 0, 2]
 
 
-def test_confirm_reruns_interleaved_and_picks_by_lower_confidence_bound() -> None:
-    space = SPACE.model_copy(update={"mode": "goodput"})
-    good = {**space.defaults(), "max_num_seqs": 128}
-    starved = {**space.defaults(), "max_num_seqs": 128, "max_num_batched_tokens": 256}
+def test_a_tell_retried_after_the_storage_failed_mid_tell_writes_each_constraint_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The outbox retries a tell whose storage went away after the constraints were
+    # written and before the trial was finished (a Postgres restart): the retry must
+    # neither fail nor make Optuna warn that a constraint is "already set".
+    s = make_strategy("random", SPACE, seed=0)
+    proposal = s.ask()
+    assert proposal is not None
+    result = proposal.preset or synthetic(proposal.params)
+    finish = s.study.tell
+    calls = {"n": 0}
 
-    def evaluate(params: Any, repeat: int) -> TrialResult:
-        spec = space.to_trial_spec(params, f"c{repeat}")
-        spec = spec.model_copy(update={"sim": spec.sim.model_copy(
-            update={"noise": 0.05, "seed": repeat})})
-        return run_virtual_trial(spec, per_request=False)
+    def storage_gone_once(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise ConnectionError("the database went away")
+        return finish(*args, **kwargs)
 
-    out = confirm([starved, good], evaluate, repeats=3)
-    assert out.order == (0, 1, 0, 1, 0, 1)
-    assert all(c.lcb <= c.mean for c in out.candidates)
-    assert out.winner is not None and out.winner.params == good
-    assert len(set(out.candidates[1].headrooms)) > 1  # noise: the repeats differ
+    monkeypatch.setattr(s.study, "tell", storage_gone_once)
+    with pytest.raises(ConnectionError):
+        s.tell(proposal, result)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        s.tell(proposal, result)
+    trial = s.study.trials[proposal.number]
+    assert trial.state == optuna.trial.TrialState.COMPLETE
+    assert trial.constraints and trial.value == result.objective
+    assert [o.proposal.number for o in s.history] == [proposal.number]

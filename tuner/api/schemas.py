@@ -201,36 +201,10 @@ class CardOut(_Out):
         return cls.model_validate(record.model_dump())
 
 
-class BestOut(_Out):
-    """One row of ``best_config_per_workload`` and the command line that reproduces it."""
+class BestOut(BestConfig):
+    """One row of ``best_config_per_workload`` (:class:`~tuner.db.records.BestConfig`)
+    and the command line that reproduces it."""
 
-    workload: str
-    model: str
-    gpu: str
-    slo: str
-    """Canonical SLO JSON, e.g. ``{"percentile":99.0,"tpot":50.0,"ttft":300.0}``."""
-    config: dict[str, Any]
-    objective: float
-    """goodput mode: request goodput (req/s); capacity mode: capacity per GPU."""
-    capacity: float | None
-    """Capacity mode: the highest rate one replica held the SLO at (req/s)."""
-    gpus: int = 1
-    """Devices one replica occupies (tensor × pipeline parallel size)."""
-    capacity_per_gpu: float | None = None
-    """``capacity / gpus``, what the view ranks by; None where no capacity was measured."""
-    confirmed: bool
-    trial_id: int
-    measured_at: datetime | None
-    engine: str | None = None
-    """``vllm``, or ``sim`` (the simulated engine)."""
-    engine_version: str | None = None
-    gpu_driver: str | None = None
-    model_revision: str | None = None
-    repeats: int = 0
-    """Confirmation re-runs the configuration held up in (0: not confirmed)."""
-    stale: bool = False
-    """The newest measurement of this (workload, model, gpu, slo) ran another engine
-    version, GPU driver or model revision: re-measure before relying on this row."""
     vllm_command: str
 
     @classmethod

@@ -9,6 +9,10 @@ slotune's sweeps. Optuna creates and versions its own tables (``studies``, ``tri
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy.engine import make_url
@@ -36,11 +40,11 @@ def optuna_storage(url: str | None = None, *, heartbeat_interval: int | None = N
                    ) -> RDBStorage:
     """An ``RDBStorage`` on slotune's database (``url`` or the settings').
 
-    Optuna creates its tables on first use. Errors reaching the database come out as
-    :class:`~tuner.db.errors.StorageError` (``StorageUnavailable`` when unreachable).
+    Optuna creates its tables on first use. Every call on it — building it, and each
+    read or write a study, a sampler or a trial makes later — lets out only
+    :class:`~tuner.db.errors.StorageError` for a database error (``StorageUnavailable``
+    when unreachable), never SQLAlchemy's error nor Optuna's wrapper of it.
     """
-    from optuna.storages import RDBStorage
-
     target = optuna_url(url)
     make_db_engine(target).dispose()  # creates a SQLite file's directory, like our engine does
     engine_kwargs: dict[str, Any] = {"pool_pre_ping": True}
@@ -49,11 +53,10 @@ def optuna_storage(url: str | None = None, *, heartbeat_interval: int | None = N
         engine_kwargs = {"connect_args": {"timeout": _SQLITE_BUSY_TIMEOUT_S}}
     elif backend == "postgresql":
         engine_kwargs["connect_args"] = {"connect_timeout": 5}
-    try:
-        return RDBStorage(target, engine_kwargs=engine_kwargs,
-                          heartbeat_interval=heartbeat_interval)
-    except SQLAlchemyError as exc:
-        raise translate(exc) from exc
+    storage_class = _translating_storage_class()
+    with _translated():
+        return storage_class(target, engine_kwargs=engine_kwargs,
+                             heartbeat_interval=heartbeat_interval)
 
 
 def create_or_load_study(
@@ -67,10 +70,19 @@ def create_or_load_study(
     """The Optuna study ``name`` in slotune's database, created if new (resume-safe)."""
     import optuna
 
-    try:
+    with _translated():
         return optuna.create_study(
             study_name=name, storage=storage or optuna_storage(url), direction=direction,
             sampler=sampler, load_if_exists=True)
+
+
+@contextmanager
+def _translated() -> Iterator[None]:
+    """Database errors out of Optuna as ours: SQLAlchemy's, or Optuna's wrapper of one."""
+    import optuna
+
+    try:
+        yield
     except SQLAlchemyError as exc:
         raise translate(exc) from exc
     except optuna.exceptions.StorageInternalError as exc:
@@ -79,3 +91,30 @@ def create_or_load_study(
         if isinstance(cause, SQLAlchemyError):
             raise translate(cause) from exc
         raise StorageError(str(exc)) from exc
+
+
+# What Optuna's cache in front of an RDBStorage calls besides the public storage API.
+_CACHE_CALLS = ("_create_new_trial", "_set_trial_param", "_get_best_trial_id", "_get_trials",
+                "_get_stale_trial_ids")
+
+
+@functools.cache
+def _translating_storage_class() -> type[RDBStorage]:
+    """``RDBStorage`` whose every storage call translates database errors (:func:`_translated`).
+
+    A subclass, not a wrapper, so Optuna still puts its trial cache in front of it (it
+    does so for an ``RDBStorage`` only); built on first use, as optuna is a heavy import.
+    """
+    from optuna.storages import RDBStorage
+
+    def translating(method: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(method)
+        def call(self: RDBStorage, *args: Any, **kwargs: Any) -> Any:
+            with _translated():
+                return method(self, *args, **kwargs)
+        return call
+
+    names = [n for n in dir(RDBStorage) if not n.startswith("_")] + list(_CACHE_CALLS)
+    methods = {name: translating(getattr(RDBStorage, name)) for name in names
+               if inspect.isfunction(inspect.getattr_static(RDBStorage, name))}
+    return type("TranslatingRDBStorage", (RDBStorage,), methods)

@@ -175,15 +175,19 @@ class CardRecord(_Record):
 
 class BestConfig(_Record):
     """One row of ``best_config_per_workload``: a configuration that met the SLO (see
-    migration 0003 and the README for the columns)."""
+    migration 0003 and the README for the columns). The API answers it as it is, with
+    the command line that reproduces it (``api.schemas.BestOut``)."""
 
     workload: str
     model: str
     gpu: str
     slo: str
+    """Canonical SLO JSON, e.g. ``{"percentile":99.0,"tpot":50.0,"ttft":300.0}``."""
     config: dict[str, Any]
     objective: float
+    """goodput mode: request goodput (req/s); capacity mode: capacity per GPU."""
     capacity: float | None
+    """Capacity mode: the highest rate one replica held the SLO at (req/s)."""
     gpus: int = 1
     """Devices one replica occupies (TP × PP)."""
     capacity_per_gpu: float | None = None
@@ -192,13 +196,15 @@ class BestConfig(_Record):
     trial_id: int
     measured_at: datetime | None
     engine: str | None = None
+    """``vllm``, or ``sim`` (the simulated engine)."""
     engine_version: str | None = None
     gpu_driver: str | None = None
     model_revision: str | None = None
     repeats: int = 0
+    """Confirmation re-runs the configuration held up in (0: not confirmed)."""
     stale: bool = False
-    """The group's newest measurement ran another engine version, GPU driver or model
-    revision."""
+    """The newest measurement of this (workload, model, gpu, slo) ran another engine
+    version, GPU driver or model revision: re-measure before relying on this row."""
 
 
 class NoPassingConfig(_Record):

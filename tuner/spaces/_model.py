@@ -56,6 +56,7 @@ from workers.contracts import (
     SimOptions,
     TrialSpec,
     Workload,
+    engine_flags,
     engine_options_problem,
     lift_sim_gpu,
 )
@@ -473,7 +474,11 @@ class SearchSpace(_Strict):
 
     def engine_values(self, params: Mapping[str, KnobValue]) -> dict[str, KnobValue]:
         """What the engine would run with: vLLM defaults < fixed args < sampled knobs."""
-        return {**_ENGINE_DEFAULTS, **self.fixed, **params}
+        return {**_ENGINE_DEFAULTS, **self.flags(params)}
+
+    def flags(self, params: Mapping[str, KnobValue]) -> dict[str, KnobValue]:
+        """The engine flags of ``params``: fixed args overridden by the sampled knobs."""
+        return engine_flags(self.fixed, params)
 
     def allowing_lossy(self) -> SearchSpace:
         """This space with its lossy values let through unchecked (``--allow-lossy``)."""
@@ -482,7 +487,7 @@ class SearchSpace(_Strict):
 
     def quality_gate(self, params: Mapping[str, KnobValue]) -> QualityGate | None:
         """The check a configuration must pass before it scores (None: it is lossless)."""
-        flags = {**self.fixed, **params}
+        flags = self.flags(params)
         rules = {**DEFAULT_LOSSY, **self.lossy}
         lossy = {name: rule for name, rule in rules.items()
                  if name in flags and rule.is_lossy(flags[name])}

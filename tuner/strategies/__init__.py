@@ -1,4 +1,4 @@
-"""Search strategies over a space, on an Optuna study: grid, random, tpe, guided, twin (+ confirm).
+"""Search strategies over a space, on an Optuna study: grid, random, tpe, guided, twin.
 
 ``make_strategy(name, space, …)`` builds one from the registry; an unknown name fails
 with the list of valid ones. The contract every strategy keeps is on
@@ -24,13 +24,8 @@ from tuner.strategies._base import (
     params_key,
     unplaceable_result,
 )
-from tuner.strategies._confirm import Confirmation, ConfirmedConfig, confirm
-from tuner.strategies._guided import (
-    WALL_KNOBS,
-    ExperimentCard,
-    GuidedStrategy,
-    GuidedTPEStrategy,
-)
+from tuner.strategies._cards import ExperimentCard
+from tuner.strategies._guided import WALL_KNOBS, GuidedStrategy, GuidedTPEStrategy
 from tuner.strategies._ranking import NOISE_TOLERANCE, best_index, rank
 from tuner.strategies._simple import GridStrategy, RandomStrategy
 from tuner.strategies._tpe import TPEStrategy
@@ -43,8 +38,6 @@ __all__ = [
     "NOISE_TOLERANCE",
     "STRATEGIES",
     "WALL_KNOBS",
-    "Confirmation",
-    "ConfirmedConfig",
     "ExperimentCard",
     "GridStrategy",
     "GuidedStrategy",
@@ -58,7 +51,6 @@ __all__ = [
     "TPEStrategy",
     "TwinStrategy",
     "best_index",
-    "confirm",
     "constraint_values",
     "infeasible_result",
     "make_strategy",

@@ -33,15 +33,13 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import optuna
 
 from tuner.spaces import SearchSpace
+from tuner.strategies._cards import ExperimentCard
 from workers.contracts import SLO_METRICS, KnobValue, TrialResult
-
-if TYPE_CHECKING:
-    from tuner.strategies._guided import ExperimentCard
 
 __all__ = [
     "CONSTRAINT_KEYS",
@@ -307,8 +305,12 @@ class Strategy(ABC):
 
     def _tell_optuna_once(self, trial: optuna.trial.Trial, result: TrialResult) -> None:
         if self.report_constraints:
+            # A retried tell finds the constraints its first try wrote (Optuna keeps the
+            # first value and warns): the values are the same, so only the missing go.
+            told = trial.constraints
             for key, value in constraint_values(result).items():
-                trial.set_constraint(key, value)
+                if key not in told:
+                    trial.set_constraint(key, value)
             trial.set_user_attr("status", result.status)
             if result.violated_rule:
                 trial.set_user_attr("violated_rule", result.violated_rule)

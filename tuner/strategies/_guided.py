@@ -24,19 +24,18 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import optuna
 
 from tuner.spaces import SearchSpace
 from tuner.strategies._base import Proposal, Strategy, StrategyError, StudySource, params_key
+from tuner.strategies._cards import ExperimentCard
 from tuner.strategies._ranking import NOISE_TOLERANCE
 from workers.contracts import KnobValue, TrialResult
 
-__all__ = ["WALL_KNOBS", "ExperimentCard", "GuidedStrategy", "GuidedTPEStrategy", "Verdict"]
-
-Verdict = Literal["supported", "rejected", "inconclusive"]
+__all__ = ["WALL_KNOBS", "GuidedStrategy", "GuidedTPEStrategy"]
 
 WALL_KNOBS: dict[str, tuple[str, ...]] = {
     # the seed's table: which knob moves which wall, in the order they are tried. A pool
@@ -69,41 +68,6 @@ _EXPECTED: dict[str, str] = {
 _CONTINUOUS_POINTS = 5
 _MAX_LINE_POINTS = 9
 """An ordered knob with more values is line-searched on this many, evenly spaced."""
-
-
-@dataclass(slots=True)
-class ExperimentCard:
-    """One step of the loop, written down (the seed's one-variable experiment)."""
-
-    step: int
-    symptom: str
-    evidence: dict[str, Any]
-    hypothesis: str
-    variable: str
-    baseline_value: KnobValue
-    values: list[KnobValue]
-    """Every value tried, in order (a line search adds them as it goes)."""
-    expected: str
-    controls: dict[str, Any] = field(default_factory=dict)
-    """What is held fixed while the one variable moves."""
-    stop_condition: list[str] = field(default_factory=list)
-    """The rules that end a value's run at once."""
-    results: list[dict[str, Any]] = field(default_factory=list)
-    result: str = ""
-    verdict: Verdict | None = None
-    rollback: dict[str, Any] = field(default_factory=dict)
-    """The configuration to restore (the incumbent's, whole) and the check that shows it
-    was restored."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "step": self.step, "symptom": self.symptom, "evidence": self.evidence,
-            "hypothesis": self.hypothesis, "variable": self.variable,
-            "baseline_value": self.baseline_value, "values": self.values,
-            "expected": self.expected, "controls": self.controls,
-            "stop_condition": self.stop_condition, "results": self.results,
-            "result": self.result, "verdict": self.verdict, "rollback": self.rollback,
-        }
 
 
 def _better(new: TrialResult, old: TrialResult, tolerance: float) -> bool:

@@ -61,7 +61,7 @@ from workers.engines.process import (
     free_port,
     log_budget_bytes,
 )
-from workers.engines.redact import REDACTED, argv_secrets, redact_argv, redact_text
+from workers.engines.redact import argv_secrets, redact, redact_argv
 
 if TYPE_CHECKING:
     from workers.gpu import GPUProbe
@@ -347,10 +347,7 @@ class EngineAdapter(abc.ABC):
                 raw = self.log_path.read_text(errors="replace")
             except FileNotFoundError:
                 return ""
-        text = redact_text(raw, self._env)
-        for secret in getattr(self, "_secrets", ()):
-            text = text.replace(secret, REDACTED)
-        return text
+        return redact(raw, self._env, getattr(self, "_secrets", ()))
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
         return "\n".join(self.log_text().splitlines()[-lines:])

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
-__all__ = ["REDACTED", "SECRET_FLAGS", "SECRET_NAME", "argv_secrets", "redact_argv",
-           "redact_text"]
+__all__ = ["REDACTED", "SECRET_FLAGS", "SECRET_NAME", "argv_secrets", "flag_secrets",
+           "redact", "redact_argv", "redact_text"]
 
 SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|APIKEY|CREDENTIAL)", re.IGNORECASE)
 SECRET_FLAGS = frozenset({"--api-key", "--hf-token", "--ssl-keyfile-password"})
 REDACTED = "***"
+_SHORTEST_SECRET = 4
+"""Shorter values are not hidden: replacing "abc" everywhere would mangle the log."""
 
 
 def redact_argv(argv: Sequence[str]) -> list[str]:
@@ -37,7 +40,7 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
 def redact_text(text: str, env: Mapping[str, str]) -> str:
     """Hide the values of secret environment variables wherever they appear in ``text``."""
     for name, value in env.items():
-        if value and len(value) >= 4 and SECRET_NAME.search(name):
+        if value and len(value) >= _SHORTEST_SECRET and SECRET_NAME.search(name):
             text = text.replace(value, REDACTED)
     return text
 
@@ -52,6 +55,20 @@ def argv_secrets(argv: Sequence[str]) -> list[str]:
                 secrets.append(value)
             elif i + 1 < len(argv):
                 secrets.append(argv[i + 1])
-    return [s for s in secrets if len(s) >= 4]
+    return [s for s in secrets if len(s) >= _SHORTEST_SECRET]
+
+
+def flag_secrets(flags: Mapping[str, Any]) -> list[str]:
+    """Values of secret-bearing flags given by name (``api_key``), as a spec holds them."""
+    return argv_secrets([f"--{name.replace('_', '-')}={value}"
+                         for name, value in flags.items() if isinstance(value, str)])
+
+
+def redact(text: str, env: Mapping[str, str], secrets: Iterable[str] = ()) -> str:
+    """``text`` without the secret environment values of ``env`` nor ``secrets``."""
+    text = redact_text(text, env)
+    for secret in secrets:
+        text = text.replace(secret, REDACTED)
+    return text
 
 

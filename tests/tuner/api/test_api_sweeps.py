@@ -218,17 +218,20 @@ async def test_a_nul_is_refused_at_the_edge_and_no_error_names_the_database(
     assert store.list_sweeps().count == 0
 
 
-async def test_report_renders_or_says_why(client: httpx.AsyncClient) -> None:
+async def test_report_renders_in_either_format_and_refuses_others(
+        client: httpx.AsyncClient) -> None:
     sweep = await queue(client)
     response = await client.get(f"/api/v1/sweeps/{sweep['id']}/report", params={"format": "md"})
-    # tuner.report is another engineer's module: rendered when present, 501 with a reason not.
-    assert response.status_code in {200, 501}, response.text
-    if response.status_code == 200:
-        assert response.headers["content-type"].startswith("text/markdown")
-    else:
-        assert "tuner.report" in response.json()["detail"]
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("text/markdown")
+    assert response.text.startswith(f"# Sweep {sweep['id']}: {sweep['name']}")
+    html = await client.get(f"/api/v1/sweeps/{sweep['id']}/report")
+    assert html.status_code == 200 and html.headers["content-type"].startswith("text/html")
+    assert html.text.lstrip().lower().startswith("<!doctype html")
     bad = await client.get(f"/api/v1/sweeps/{sweep['id']}/report", params={"format": "pdf"})
     assert bad.status_code == 422
+    missing = await client.get("/api/v1/sweeps/999999/report")
+    assert missing.status_code == 404, missing.text
 
 
 async def test_health_and_openapi(client: httpx.AsyncClient) -> None:

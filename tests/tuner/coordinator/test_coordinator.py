@@ -89,8 +89,8 @@ class RecordingExecutor(TrialExecutor):
             out.append((handle, result))
         return out
 
-    def capacity(self) -> int:
-        return self.inner.capacity()
+    def gpu_count(self) -> int:
+        return self.inner.gpu_count()
 
     def cancel(self, handle: Hashable) -> None:
         self.inner.cancel(handle)

@@ -10,12 +10,13 @@ from collections.abc import Hashable
 from typing import Any
 
 from tests.tuner.sweep_data import LAB_4RPS
-from tuner.confirmation import ConfirmationPhase, top_configurations
+from tuner.confirmation import ConfirmationPhase, Repeated, choose, top_configurations
 from tuner.executors import TrialExecutor, VirtualExecutor
 from tuner.launcher import MAX_ATTEMPTS, GpuShare, TrialLauncher, retry_as
 from tuner.sweeps import resolve_space
 from workers.contracts import TrialResult, TrialSpec, Workload
 from workers.engines import adapter_for
+from workers.sim_trial import run_virtual_trial
 
 SPACE = resolve_space("lab")
 FAST = {**SPACE.defaults(), "max_num_seqs": 128}
@@ -53,8 +54,8 @@ class Scripted(TrialExecutor):
                 {**result.model_dump(), **update})))
         return out
 
-    def capacity(self) -> int:
-        return self.inner.capacity()
+    def gpu_count(self) -> int:
+        return self.inner.gpu_count()
 
     def cancel(self, handle: Hashable) -> None:
         self.cancelled.append(handle)
@@ -127,7 +128,7 @@ def test_the_launcher_keeps_a_sweep_within_its_share_and_gives_gpus_back() -> No
 
 def phase(executor: TrialExecutor, calls: list[tuple[int, int, int]],
           candidates: list[dict[str, Any]], repeats: int = 2) -> ConfirmationPhase:
-    share = GpuShare(executor.capacity())
+    share = GpuShare(executor.gpu_count())
     share.join(7)
 
     def spec_for(i: int, r: int, attempt: int) -> TrialSpec:
@@ -198,3 +199,31 @@ def test_top_configurations_are_the_best_distinct_ok_ones() -> None:
     assert top_configurations(results, 2) == [1, 4]
     assert top_configurations(results, 5) == [1, 4, 0]
     assert top_configurations([(SLOW, result(0.0))], 3) == []
+
+
+def test_the_winner_is_the_best_lower_bound_and_noisy_repeats_are_doubted() -> None:
+    # Three noisy repeats of a configuration starved of batch tokens and of a good one,
+    # measured by the simulated engine: the good one wins on its lower bound, and a
+    # candidate whose runs spread widely gets a bound below its mean.
+    starved = {**FAST, "max_num_batched_tokens": 256}
+
+    def runs(params: dict[str, Any]) -> list[TrialResult]:
+        out = []
+        for repeat in range(3):
+            s = spec(params, f"c{repeat}")
+            s = s.model_copy(update={"sim": s.sim.model_copy(
+                update={"noise": 0.05, "seed": repeat})})
+            out.append(run_virtual_trial(s, per_request=False))
+        return out
+
+    candidates = [Repeated.of(runs(starved)), Repeated.of(runs(FAST))]
+    assert all(c.lcb <= c.mean for c in candidates)
+    assert len(set(candidates[1].objectives)) > 1  # noise: the repeats differ
+    assert choose(candidates) == 1
+    # A lucky single high run does not beat steady ones: the spread costs its bound.
+    steady = Repeated.of([TrialResult(trial_id="s", status="ok", objective=v, headroom=0.5)
+                          for v in (10.0, 10.1, 9.9)])
+    lucky = Repeated.of([TrialResult(trial_id="l", status="ok", objective=v, headroom=0.5)
+                         for v in (14.0, 5.0, 12.0)])
+    assert lucky.mean > steady.mean and choose([lucky, steady]) == 1
+    assert choose([]) is None

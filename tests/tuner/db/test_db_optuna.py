@@ -7,8 +7,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import optuna
+import psycopg
 import pytest
+from psycopg import sql
 
+from tests.tuner.db.conftest import PostgresDatabases
 from tuner.db.errors import StorageUnavailable
 from tuner.db.optuna_storage import create_or_load_study, optuna_storage, optuna_url
 from tuner.store import Store, study_name_for
@@ -53,3 +56,35 @@ def test_unreachable_optuna_storage_is_unavailable_and_redacted() -> None:
     with pytest.raises(StorageUnavailable) as info:
         optuna_storage("postgresql://slotune:hunter2@127.0.0.1:1/x")
     assert "hunter2" not in str(info.value)
+
+
+def test_a_study_whose_database_goes_away_raises_ours_and_goes_on_once_it_is_back(
+        postgres_databases: PostgresDatabases) -> None:
+    # The coordinator retries only StorageUnavailable: every call a study makes on its
+    # storage must say that (not SQLAlchemy's error, not Optuna's wrapper of it) while
+    # the server refuses it, and work again once the server takes it back.
+    url = postgres_databases.create()
+    name = url.rsplit("/", 1)[1]
+    study = create_or_load_study("goes-away", url=url)
+    trial = study.ask()
+
+    def allow(allowed: bool) -> None:
+        with psycopg.connect(postgres_databases.admin_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS {}").format(
+                sql.Identifier(name), sql.Literal(allowed)))
+            if not allowed:
+                conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                             "WHERE datname = %s", (name,))
+
+    allow(False)
+    try:
+        with pytest.raises(StorageUnavailable):
+            study.tell(trial, 1.0)
+        with pytest.raises(StorageUnavailable):
+            study.ask()
+        with pytest.raises(StorageUnavailable):
+            create_or_load_study("goes-away", url=url)
+    finally:
+        allow(True)
+    study.tell(trial, 1.0)
+    assert [t.value for t in create_or_load_study("goes-away", url=url).trials] == [1.0]

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import importlib
 import logging
 import re
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, HTTPException, Query, Response, status
+from fastapi import APIRouter, Query, Response, status
 
 from tuner.api.deps import StoreDep, UniqueKeys, WriterDep
-from tuner.api.errors import ERROR_RESPONSES, ErrorOut, InvalidInput
+from tuner.api.errors import ERROR_RESPONSES, InvalidInput
 from tuner.api.params import Limit, NameFilter, Offset, SweepId
 from tuner.api.schemas import CardOut, ListOut, SweepOut, TrialOut
 from tuner.db.models import SweepStatus, SweepTrialStatus, TrialRole
 from tuner.placement import declared_cluster, unplaceable_layouts
+from tuner.report import render_report
 from tuner.spaces import SpaceError
 from tuner.sweeps import REQUEST_ERRORS, SweepRequest, queue_sweep, resolve
 from workers.contracts import SLO
@@ -105,22 +105,11 @@ def list_cards(sweep_id: SweepId, store: StoreDep) -> ListOut[CardOut]:
 
 
 @router.get("/{sweep_id}/report", response_class=Response,
-            responses={200: {"content": {"text/html": {}, "text/markdown": {}}},
-                       501: {"model": ErrorOut, "description": "Reports not installed"}})
+            responses={200: {"content": {"text/html": {}, "text/markdown": {}}}})
 def sweep_report(sweep_id: SweepId, store: StoreDep,
                  format: Annotated[Literal["html", "md"], Query()] = "html") -> Response:
     """The sweep's report, rendered by :mod:`tuner.report` (HTML or Markdown)."""
-    try:
-        report = importlib.import_module("tuner.report")
-    except ModuleNotFoundError as exc:
-        if exc.name != "tuner.report":
-            raise  # a dependency of the report is missing: a real error, not "absent"
-        raise HTTPException(501, "reports are not available in this installation "
-                                 "(tuner.report is missing)") from None
-    render: Any = getattr(report, "render_report", None)
-    if render is None:
-        raise HTTPException(501, "tuner.report has no render_report")
-    text = str(render(store, sweep_id, format))
+    text = render_report(store, sweep_id, format)
     media = "text/html; charset=utf-8" if format == "html" else "text/markdown; charset=utf-8"
     return Response(text, media_type=media)
 
