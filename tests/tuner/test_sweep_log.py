@@ -116,3 +116,28 @@ def test_a_bad_log_format_is_exit_2_with_the_valid_ones(tmp_path: Path) -> None:
                           f"sqlite:///{tmp_path / 'db.sqlite'}"], capture_output=True,
                          text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert run.returncode == 2 and "--log-format 'xml': valid: text, json" in run.stderr
+
+
+@pytest.mark.slow
+def test_the_coordinator_logs_every_sweep_it_serves(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    upgrade = subprocess.run([SLOTUNE, "db", "upgrade", "--database-url", db],
+                             capture_output=True, text=True, timeout=120)
+    assert upgrade.returncode == 0, upgrade.stderr
+    submitted = subprocess.run([SLOTUNE, "sweep", "submit", "--trials", "3",
+                                "--database-url", db], capture_output=True, text=True,
+                               timeout=120, stdin=subprocess.DEVNULL)
+    assert submitted.returncode == 0, submitted.stderr
+    sweep = int(submitted.stdout.strip())
+    served = subprocess.run([SLOTUNE, "coordinator", "--executor", "virtual", "--once",
+                             "--poll", "0.2", "--log-format", "json", "--database-url", db],
+                            capture_output=True, text=True, timeout=300,
+                            stdin=subprocess.DEVNULL)
+    assert served.returncode == 0, served.stderr
+    events = [json.loads(line) for line in served.stdout.splitlines()]
+    assert events[0]["event"] == "coordinator_started"
+    assert "serving sweeps" in events[0]["message"]
+    ended = [e for e in events if e["event"] == "trial_ended" and "repeat" not in e]
+    assert [e["trial"] for e in ended] == [0, 1, 2] and all(e["sweep"] == sweep for e in ended)
+    assert [e["phase"] for e in events if e["event"] == "phase"] == [
+        "search", "confirm", "done"]
