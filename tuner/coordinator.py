@@ -588,10 +588,17 @@ class SweepRunner:
         done, attempts = self._stored_repeats(top)
         for (i, _), result in done.items():
             self.strategy.observe_repeat(top[i].params, result)
+        def started(slot: Slot, attempt: int) -> None:
+            if self.sweep_log is not None:  # handed to the launcher: its GPUs are held
+                row = top[slot[0]]
+                self.sweep_log.trial_started(self.sweep.id, row.number,
+                                             self._delta(row.params), attempt=attempt,
+                                             repeat=slot[1] + 1)
+
         phase = ConfirmationPhase(TrialLauncher(self.executor, self.share, self.sweep.id),
                                   lambda i, r, a: self._repeat_spec(top[i], r, a, found[i]),
-                                  repeats=limits.confirm_repeats, record=record, done=done,
-                                  attempts=attempts)
+                                  repeats=limits.confirm_repeats, record=record,
+                                  started=started, done=done, attempts=attempts)
         try:
             outcome = phase.run([row.params for row in top], keep_going=self._beat)
         finally:
@@ -643,9 +650,6 @@ class SweepRunner:
         spec = self._spec(row.params,
                           f"s{self.sweep.id}-t{row.number}-confirm{repeat}-a{attempt}",
                           **overrides)
-        if self.sweep_log is not None:  # asked for as its GPUs are reserved: it starts now
-            self.sweep_log.trial_started(self.sweep.id, row.number, self._delta(row.params),
-                                         attempt=attempt, repeat=repeat + 1)
         # A lossy configuration is checked against the sweep's baseline, as in the search.
         spec = self.baselines.ready(spec) or spec
         return adapter_for(spec.engine).repeat_spec(spec, repeat)
