@@ -141,3 +141,27 @@ def test_the_coordinator_logs_every_sweep_it_serves(tmp_path: Path) -> None:
     assert [e["trial"] for e in ended] == [0, 1, 2] and all(e["sweep"] == sweep for e in ended)
     assert [e["phase"] for e in events if e["event"] == "phase"] == [
         "search", "confirm", "done"]
+
+
+@pytest.mark.slow
+def test_sweep_resume_into_a_file_logs_the_trials_it_runs(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    assert subprocess.run([SLOTUNE, "db", "upgrade", "--database-url", db],
+                          capture_output=True, timeout=120).returncode == 0
+    submitted = subprocess.run([SLOTUNE, "sweep", "submit", "--trials", "2",
+                                "--database-url", db], capture_output=True, text=True,
+                               timeout=120, stdin=subprocess.DEVNULL)
+    sweep = submitted.stdout.strip()
+    log = tmp_path / "resume.log"
+    with log.open("wb") as out:
+        resumed = subprocess.run([SLOTUNE, "sweep", "resume", sweep, "--executor", "virtual",
+                                  "--database-url", db, "--report-dir",
+                                  str(tmp_path / "report")], stdout=out,
+                                 stderr=subprocess.PIPE, timeout=300,
+                                 stdin=subprocess.DEVNULL)
+    assert resumed.returncode == 0, resumed.stderr.decode()
+    lines = log.read_text().splitlines()
+    assert f"sweep {sweep}: resumes on the virtual executor" in lines[0]
+    assert [x.split(" trial ")[1].split(":")[0] for x in lines
+            if f"sweep {sweep} trial " in x and " repeat " not in x] == [
+        "0 started", "0 ok", "1 started", "1 ok"]
