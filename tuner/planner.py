@@ -342,8 +342,12 @@ def _measurement(sweep: SweepRecord, trial: TrialRecord) -> _Measurement:
 def _rescored(every: Sequence[_Measurement], slo: SLO
               ) -> tuple[list[_Measurement], list[Remeasure]]:
     """Every capacity measurement with probes, its capacity read off them under ``slo``;
-    and the configurations none of whose measurements can decide."""
-    out: list[_Measurement] = []
+    and the configurations whose measurements cannot decide.
+
+    A configuration's measurements (search run, repeats) stand together, as
+    :func:`tuner.rescore.combine` takes them (the frontier's grid too): when one of them
+    breaks the SLO at its lowest probed rate, the configuration carries less than that on
+    a re-run, and every measurement of it counts 0 — not a candidate."""
     groups: dict[tuple[str, str, str], list[tuple[_Measurement, TrialCapacity]]] = {}
     for m in every:
         if m.basis != "capacity" or not m.trial.result:
@@ -356,18 +360,18 @@ def _rescored(every: Sequence[_Measurement], slo: SLO
                                max_error_rate=float(spec.get("max_error_rate", 0.05)))
         key = (m.sweep.model, m.sweep.gpu, _config_key(m.trial.config))
         groups.setdefault(key, []).append((m, found))
-        if found.capacity is not None:
-            out.append(_Measurement(sweep=m.sweep, trial=m.trial, basis="rescored_probes",
-                                    per_replica=found.capacity, rescored=found))
+    out: list[_Measurement] = []
     undecided = []
     for (model, gpu, _), items in groups.items():
         capacity, confidence = combine([found for _, found in items])
-        if confidence.undecided is None:
-            continue
-        undecided.append(Remeasure(
-            model=model, gpu=gpu, config=dict(items[0][0].trial.config),
-            trial_ids=sorted(m.trial.id for m, _ in items), why=confidence.undecided,
-            at_least_rps=capacity, below_rps=confidence.bracket[1]))
+        out += [_Measurement(sweep=m.sweep, trial=m.trial, basis="rescored_probes",
+                             per_replica=found.capacity if capacity else 0.0, rescored=found)
+                for m, found in items if found.capacity is not None]
+        if confidence.undecided is not None:
+            undecided.append(Remeasure(
+                model=model, gpu=gpu, config=dict(items[0][0].trial.config),
+                trial_ids=sorted(m.trial.id for m, _ in items), why=confidence.undecided,
+                at_least_rps=capacity, below_rps=confidence.bracket[1]))
     return out, undecided
 
 

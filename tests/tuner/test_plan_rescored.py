@@ -23,10 +23,11 @@ from tests.tuner.db.conftest import PostgresDatabases, postgres_databases  # noq
 from tests.tuner.test_rescore import probe
 from tuner.api import create_app
 from tuner.db import migrate
+from tuner.frontier import build_frontier
 from tuner.planner import plan_capacity
 from tuner.rescore import probe_verdict
 from tuner.store import Store, slo_key
-from workers.contracts import SLO, CapacityProbe, TrialResult, Workload
+from workers.contracts import SLO, CapacityProbe, TrialResult, TrialSpec, Workload
 
 SLOTUNE = str(Path(sys.executable).with_name("slotune"))
 NEW_SLO = "ttft:500,tpot:30"
@@ -78,6 +79,38 @@ def test_configurations_the_probes_cannot_decide_are_named_for_re_measuring(
     assert again.trial_ids == [b] and again.at_least_rps == 4 and again.below_rps == 12
     assert "9 req/s" in again.why and "stopped early" in again.why
     assert [o.trial_ids for o in plan.options] == [[a]]  # one (model, GPU): its best
+
+
+def test_a_repeat_that_breaks_the_new_slo_at_its_lowest_rate_rules_its_configuration_out(
+        empty: str) -> None:
+    """A's search run carries 6 under the new SLO, but its confirmation repeat breaks it
+    already at 4, its lowest probe: the measurements stand together (the lowest, 0), so
+    the plan is B's 4 — as the frontier's capacity grid says too."""
+    new = SLO(ttft=500, tpot=30)
+    with Store(empty) as store:
+        sweep = store.create_sweep(name="s", workload=Workload(name="fleet"),
+                                   slo=SLO(ttft=300, tpot=50), space={}, model="m",
+                                   gpu="l40s", strategy="random", mode="capacity")
+        config = {"max_num_seqs": 64}
+        a = _stored(store, sweep.id, 0, config, probe(4, 100, 20), probe(6, 150, 25),
+                    probe(8, 200, 35))
+        spec = TrialSpec.model_validate({
+            "trial_id": "r", "engine": "sim", "model": "m", "knobs": config,
+            "workload": Workload(name="fleet"), "slo": SLO(ttft=300, tpot=50),
+            "gpu": "l40s"})
+        store.record_trial(sweep.id, role="repeat", number=0, repeat=1, repeat_of=a,
+                           params=config, spec=spec, result=TrialResult(
+                               trial_id="r", status="ok", objective=4.0, capacity=4.0,
+                               gate_passed=True,
+                               capacity_probes=(probe(4, 120, 40), probe(5, 150, 45))))
+        b = _stored(store, sweep.id, 1, {"max_num_seqs": 256}, probe(4, 100, 18),
+                    probe(5, 250, 35))
+        plan = plan_capacity(store, workload="fleet", target_rps=20, slo=slo_key(new))
+        grid = build_frontier(store, workload="fleet", slo=slo_key(new)).capacity
+    assert plan.trial_ids == [b] and plan.per_replica_rps == 4
+    assert [o.trial_ids for o in plan.options] == [[b]]
+    cell = grid.per_gpu[grid.ttft_ms.index(500)][grid.tpot_ms.index(30)]
+    assert cell == plan.per_replica_rps
 
 
 @pytest.fixture(scope="module")
