@@ -9,7 +9,7 @@ trial could never be placed on what the executor can ever offer (None: it can, o
 once a node joins). One coordinator thread per sweep may call an executor;
 implementations are thread-safe for that use.
 
-**What can ever be placed.** A trial needs ``spec.gpus`` (TP × PP) GPUs on one node — of
+**What can ever be placed.** A trial needs ``spec.gpus`` (TP × PP × DP) GPUs on one node — of
 its GPU type where the cluster advertises types — or as many CPU cores for vLLM's CPU
 build. The virtual executor offers its ``num_gpus``; a local Ray its one node; a Ray
 cluster the largest node alive, or ``$SLOTUNE_MAX_NODE_GPUS`` where an autoscaler may add

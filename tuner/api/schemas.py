@@ -214,7 +214,7 @@ class BestOut(_Out):
     capacity: float | None
     """Capacity mode: the highest rate one replica held the SLO at (req/s)."""
     gpus: int = 1
-    """Devices one replica occupies (tensor × pipeline parallel size)."""
+    """Devices one replica occupies (tensor × pipeline × data parallel size)."""
     capacity_per_gpu: float | None = None
     """``capacity / gpus``, what the view ranks by; None where no capacity was measured."""
     confirmed: bool

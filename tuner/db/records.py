@@ -185,7 +185,7 @@ class BestConfig(_Record):
     objective: float
     capacity: float | None
     gpus: int = 1
-    """Devices one replica occupies (TP × PP)."""
+    """Devices one replica occupies (TP × PP × DP)."""
     capacity_per_gpu: float | None = None
     """``capacity / gpus``: what the view ranks by (None: no capacity measured)."""
     confirmed: bool

@@ -156,7 +156,8 @@ def _check_range(name: str, knob: Knob) -> None:
 
 
 _COUNT_ARGS = frozenset({"max_num_seqs", "max_num_batched_tokens", "max_model_len",
-                         "tensor_parallel_size", "pipeline_parallel_size", "block_size"})
+                         "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size",
+                         "block_size"})
 """Engine arguments that are counts: integers >= 1 (None leaves the engine's default)."""
 
 
