@@ -9,7 +9,8 @@ class (so the simulator sees the model ``transformers`` and vLLM load):
 
 ====* **Mixtral** (``mixtral``): ``num_local_experts`` routed experts of
   ``intermediate_size``; every layer is MoE; no shared experts.
-* **Qwen-MoE** (``qwen2_moe``, ``qwen3_moe``): ``num_experts`` of
+* **Qwen-MoE** (``qwen2_moe``, ``qwen3_moe``): ``num_experts`` (``num_local_experts``
+  as transformers 5 saves Qwen3-MoE) of
   ``moe_intermediate_size``; Qwen2-MoE adds one shared expert of
   ``shared_expert_intermediate_size``; layer ``i`` is MoE unless it is in
   ``mlp_only_layers`` or ``(i + 1) % decoder_sparse_step`` is not 0.
@@ -192,8 +193,11 @@ def model_spec_from_config(config: Mapping[str, Any], *, name: str, source: str,
 def _moe_spec(config: Mapping[str, Any], style: str, layers: int, source: str) -> MoESpec | None:
     """The experts of a MoE family's config (the module docstring's table); None when the
     config states no routed experts (``num_experts: 0`` makes Qwen-MoE a dense model)."""
-    experts_field = {"mixtral": "num_local_experts", "qwen": "num_experts",
-                     "deepseek": "n_routed_experts"}[style]
+    # transformers 5 saves Qwen3-MoE's experts as num_local_experts (num_experts is an
+    # alias in its config class); published files say num_experts. Either counts.
+    named = {"mixtral": ("num_local_experts",), "qwen": ("num_experts", "num_local_experts"),
+             "deepseek": ("n_routed_experts", "num_local_experts")}[style]
+    experts_field = next((f for f in named if config.get(f)), named[0])
     if not config.get(experts_field):
         if style == "mixtral":  # Mixtral without experts is not a model
             _positive_int(config, experts_field, source, "the number of experts")

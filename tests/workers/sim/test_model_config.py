@@ -15,6 +15,7 @@ import yaml
 from workers.contracts import SLO, TrialSpec
 from workers.engines.sim import SimEngine
 from workers.loadgen.workload_files import load_workload
+from workers.sim import model_config
 from workers.sim.calibration import load_calibration
 from workers.sim.catalog import GiB, ModelSpec, UnknownCatalogEntry, get_gpu, get_model
 from workers.sim.config import add_engine_arguments, build_config, config_from_args, plan_memory
@@ -205,6 +206,12 @@ def test_moe_catalogue_models_count_every_expert_resident_and_the_active_ones_pe
     assert get_model("Qwen/Qwen3-8B").moe is None
 
 
+def get_model_config(name: str) -> dict[str, Any]:
+    """A catalogue model's config.json as the catalogue ships it."""
+    entries = json.loads((Path(model_config.__file__).parent / "models.json").read_text())
+    return next(e["config"] for e in entries["models"] if e["name"] == name)
+
+
 # Qwen1.5-MoE-A2.7B's config.json (Qwen2-MoE: one shared expert of 5632), published 14.3B.
 QWEN2_MOE: dict[str, Any] = {
     "architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe", "hidden_size": 2048,
@@ -239,6 +246,12 @@ def test_qwen2_moe_and_deepseek_style_fields_are_read(tmp_path: Path) -> None:
                                                 "mlp_only_layers": [1]}, "sparse")))
     # odd layers are MoE (i + 1 divisible by 2), but layer 1 is listed dense
     assert sparse.moe is not None and sparse.moe.num_moe_layers == 11
+    # transformers 5 saves Qwen3-MoE's experts as num_local_experts: the same model
+    published = {k: v for k, v in get_model_config("Qwen/Qwen3-30B-A3B").items()}
+    saved = {**{k: v for k, v in published.items() if k != "num_experts"},
+             "num_local_experts": published["num_experts"]}
+    assert get_model(str(model_dir(tmp_path, saved, "v5"))).moe == get_model(
+        "Qwen/Qwen3-30B-A3B").moe
 
 
 @pytest.mark.parametrize(("config", "field"), [
