@@ -16,7 +16,7 @@ cluster the largest node alive, or ``$SLOTUNE_MAX_NODE_GPUS`` where an autoscale
 a larger node type than any running now (Ray does not tell a driver its autoscaler's
 node types). A trial bigger than that would wait in Ray's queue forever.
 
-* :class:`RayExecutor` — trials as Ray tasks with ``num_gpus = tensor_parallel_size``
+* :class:`RayExecutor` — trials as Ray tasks with ``num_gpus = spec.gpus`` (TP × PP × DP)
   (a local Ray with simulated GPUs by default; a cluster with ``RAY_ADDRESS``). A watch
   thread knocks on the Ray head's GCS port every second: once it has not answered for
   :data:`HEAD_LOST_AFTER_S`, every call raises :class:`ExecutorLost` (Ray itself would

@@ -98,14 +98,19 @@ class ModelSpec:
         return moe.num_moe_layers * moe.num_experts * moe.expert_params * self.hidden_size
 
     @property
+    def active_routed_params(self) -> int:
+        """Routed-expert parameters one token is multiplied by: its top-k experts in each
+        MoE layer (0 for a dense model)."""
+        moe = self.moe
+        if moe is None:
+            return 0
+        return moe.num_moe_layers * moe.experts_per_token * moe.expert_params * self.hidden_size
+
+    @property
     def active_params(self) -> int:
         """Parameters one token's forward pass multiplies by: a dense model's all, a MoE
         model's all but the routed experts it is not sent to."""
-        moe = self.moe
-        if moe is None:
-            return self.params
-        return self._dense_params + (moe.num_moe_layers * moe.experts_per_token
-                                     * moe.expert_params * self.hidden_size)
+        return self._dense_params + self.active_routed_params
 
     @property
     def _dense_params(self) -> int:

@@ -203,7 +203,7 @@ class RooflineCostModel(CostModel):
         kv_rate = gpu.memory_bandwidth * (cal.fp8_kv_efficiency if fp8_kv else cal.kv_efficiency)
         lm_head = m.vocab_size * m.hidden_size / tp
         moe, layout = m.moe, setup.expert_layout
-        routed = m.active_params - m.params + m.routed_expert_params  # a token's experts
+        routed = m.active_routed_params
         body = (m.matmul_params - routed) / tp - (0 if m.tie_word_embeddings else lm_head)
         # Seconds per unit of work, so that step_cost is a handful of multiplications.
         self._k = cal.overlap_exponent
