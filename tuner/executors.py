@@ -10,8 +10,8 @@ once a node joins). One coordinator thread per sweep may call an executor;
 implementations are thread-safe for that use.
 
 **What can ever be placed.** A trial needs ``spec.gpus`` GPUs on one node (a replica's
-devices, :func:`~workers.contracts.replica_gpus`) — of its GPU type where the cluster
-advertises types — or as many CPU cores for vLLM's CPU build. The virtual executor
+devices, TP × PP × DP: :func:`~workers.contracts.replica_gpus`) — of its GPU type where
+the cluster advertises types — or as many CPU cores for vLLM's CPU build. The virtual executor
 offers its ``num_gpus``; a local Ray its one node; a Ray cluster the largest node alive,
 or ``$SLOTUNE_MAX_NODE_GPUS`` where an autoscaler may add a larger node type than any
 running now (Ray does not tell a driver its autoscaler's node types). A trial bigger

@@ -1,9 +1,10 @@
 """Which parts of a search space can ever be placed where its trials would run.
 
-A trial needs ``spec.gpus`` (TP × PP) devices on one node; the executor knows what its
+A trial needs ``spec.gpus`` (TP × PP × DP) devices on one node; the executor knows what its
 cluster can ever offer (:meth:`~tuner.executors.TrialExecutor.unplaceable`). Before a
 night starts, :func:`unplaceable_layouts` walks the space's parallel layouts — the values
-of its ``tensor_parallel_size`` / ``pipeline_parallel_size`` knobs — and says which can
+of its ``tensor_parallel_size`` / ``pipeline_parallel_size`` / ``data_parallel_size``
+knobs — and says which can
 never run there, so ``sweep run`` / ``sweep submit`` can warn (or, ``--strict``, refuse)
 instead of the sweep finding out trial by trial. During the sweep the coordinator records
 such trials ``infeasible`` at once, with the same reason.
@@ -53,7 +54,7 @@ def declared_cluster() -> DeclaredCluster | None:
     gpus = declared_max_node_gpus()
     return None if gpus is None else DeclaredCluster(gpus)
 
-PARALLEL_KNOBS = ("tensor_parallel_size", "pipeline_parallel_size")
+PARALLEL_KNOBS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
 """The knobs that decide how many devices one replica takes."""
 
 

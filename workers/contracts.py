@@ -744,11 +744,16 @@ class TrialSpec(_Strict):
 
 
 def replica_gpus(flags: Mapping[str, Any]) -> int:
-    """Devices one replica of a configuration occupies: tensor × pipeline parallel size
-    (GPUs; CPU cores for vLLM's CPU build, one per rank). What the coordinator schedules
-    and what the capacity planner counts."""
-    return _parallel_size(flags.get("tensor_parallel_size")) * _parallel_size(
-        flags.get("pipeline_parallel_size"))
+    """Devices one replica of a configuration occupies: tensor × pipeline × data parallel
+    size (GPUs; CPU cores for vLLM's CPU build, one per rank). A ``vllm serve`` with
+    ``--data-parallel-size N`` is one server (one API endpoint) over N engine ranks of
+    TP × PP devices each, so it is one replica of N × TP × PP devices; expert parallelism
+    adds none (it reuses those ranks for the experts). The one definition the
+    coordinator schedules, placement checks, the stored view's ``gpus`` and the per-GPU
+    objective divide by, and the capacity planner counts."""
+    return (_parallel_size(flags.get("tensor_parallel_size"))
+            * _parallel_size(flags.get("pipeline_parallel_size"))
+            * _parallel_size(flags.get("data_parallel_size")))
 
 
 def _parallel_size(value: Any) -> int:
@@ -892,7 +897,7 @@ class TrialResult(_Strict):
     log_tail: str | None = None
     objective: float = 0.0
     """goodput mode: request_goodput when the gate holds, else 0; capacity mode: the
-    capacity per GPU of the replica (req/s ÷ TP × PP; ``capacity`` is per replica)."""
+    capacity per GPU of the replica (req/s ÷ TP × PP × DP; ``capacity`` is per replica)."""
     request_goodput: float | None = None
     gate_passed: bool = False
     constraints: dict[str, float] = Field(default_factory=dict)

@@ -13,7 +13,7 @@ can end with — so a virtual trial answers what the live one would, field for f
 * ``failed``: a failure class and message (``fits: 1`` for a refusal or an OOM, which
   teaches the sampler the configuration does not fit; ``-1`` otherwise), no metrics;
 * capacity mode: the highest passing rate (``capacity``, per replica), every probe, and
-  the objective that rate per GPU of the replica (TP × PP); when no rate passes, the
+  the objective that rate per GPU of the replica (TP × PP × DP); when no rate passes, the
   lowest probe's scored run with objective 0 (it says how far off the SLO was); a probe
   over the error budget does not pass, and a lowest probe over it fails the trial
   ``benchmark_errors`` (the engine could not serve, whatever the rate).

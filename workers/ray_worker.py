@@ -1,6 +1,6 @@
 """Trials as Ray tasks: resources from the spec, GPUs from Ray, failures as results.
 
-``submit_trial`` schedules one trial with ``num_gpus = spec.gpus`` (TP × PP); Ray picks
+``submit_trial`` schedules one trial with ``num_gpus = spec.gpus`` (TP × PP × DP); Ray picks
 the GPUs, and the task hands their ids to the engine as ``CUDA_VISIBLE_DEVICES``.
 ``collect_trial`` turns what comes back into a :class:`~workers.contracts.TrialResult`,
 including when the worker or its node was lost (a transient ``worker_lost`` failure the

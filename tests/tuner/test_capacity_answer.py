@@ -158,3 +158,40 @@ def test_allowed_lossy_values_are_measured_unchecked_and_the_report_warns(
     markdown = next((tmp_path / "report").glob("*.md")).read_text()
     assert "Lossy values were allowed without their quality check (--allow-lossy)" in markdown
     assert "not checked" in markdown
+
+
+def test_the_shipped_moe_space_wins_per_gpu_and_plans_every_data_parallel_gpu(
+        tmp_path: Path) -> None:
+    # Qwen3-30B-A3B: TP 1/2/4 × DP 1/2/4 × expert parallelism, within one 8-GPU node.
+    db = _sweep(tmp_path, "moe-h100", "--strategy", "grid", "--trials", "18",
+                "--confirm-top", "0")
+    trials = _rows(db, "SELECT id, config, capacity, gpus, objective FROM sweep_trials "
+                       "WHERE status = 'ok' AND capacity > 0 AND role = 'search'")
+    layouts = {(c["tensor_parallel_size"], c["data_parallel_size"], c["enable_expert_parallel"])
+               for c in (json.loads(t["config"]) for t in trials)}
+    assert len(layouts) == 15  # all but TP4 × DP4 (16 GPUs) and expert parallel on one GPU
+    for t in trials:
+        config = json.loads(t["config"])
+        assert t["gpus"] == (config["tensor_parallel_size"] * config["data_parallel_size"])
+        assert t["objective"] == pytest.approx(t["capacity"] / t["gpus"])
+    [row] = _rows(db, "SELECT * FROM best_config_per_workload")
+    best = max(trials, key=lambda t: t["capacity"] / t["gpus"])
+    assert row["trial_id"] == best["id"]
+    assert row["capacity_per_gpu"] == pytest.approx(best["capacity"] / best["gpus"])
+    # a question the layouts answer differently: the per-GPU spread is wide
+    per_gpu = sorted(t["capacity"] / t["gpus"] for t in trials)
+    assert per_gpu[-1] > 2 * per_gpu[0]
+    # The planner prices a target that needs several replicas of a data-parallel layout:
+    # every rank's GPUs are counted.
+    target = 3 * max(t["capacity"] for t in trials)
+    plan = json.loads(subprocess.run(
+        [SLOTUNE, "plan", "-w", "lab", "--target-rps", str(target), "--json",
+         "--gpu-price", "h100-sxm=2.5", "--database-url", f"sqlite:///{db}"],
+        capture_output=True, text=True, timeout=60, check=True).stdout)
+    config = plan["config"]
+    layout = (config["tensor_parallel_size"] * config.get("pipeline_parallel_size", 1)
+              * config["data_parallel_size"])
+    assert config["data_parallel_size"] > 1
+    assert plan["gpus_per_replica"] == layout
+    assert plan["gpus"] == plan["replicas"] * layout and plan["replicas"] > 1
+    assert plan["cost_per_hour"] == pytest.approx(plan["gpus"] * 2.5)

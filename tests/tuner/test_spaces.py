@@ -229,6 +229,19 @@ def test_a_sim_space_runs_a_model_directory_on_a_device_file(tmp_path: Path) -> 
                                     "fixed": {"max_model_len": 16384}}, "long.yaml"))
 
 
+def test_expert_parallelism_on_a_dense_model_is_refused_by_the_space(tmp_path: Path) -> None:
+    ep = {"type": "bool", "default": False}
+    for engine in ("sim", "vllm"):  # the model's facts are known either way
+        with pytest.raises(SpaceError, match="has no experts"):
+            parse_space({**MINIMAL, "engine": engine,
+                         "knobs": {**MINIMAL["knobs"], "enable_expert_parallel": ep}})
+    moe = parse_space({**MINIMAL, "model": "Qwen/Qwen3-30B-A3B", "gpu": "h100-sxm",
+                       "knobs": {"data_parallel_size": {"type": "values", "values": [1, 2]},
+                                 "enable_expert_parallel": ep}})
+    spec = moe.to_trial_spec({"data_parallel_size": 2, "enable_expert_parallel": True}, "t")
+    assert spec.gpus == 2
+
+
 def test_a_sim_space_refuses_a_config_json_it_cannot_model_naming_the_field(
         tmp_path: Path) -> None:
     _sim_files(tmp_path, config={k: v for k, v in TINY_QWEN3.items() if k != "vocab_size"})

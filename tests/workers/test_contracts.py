@@ -104,3 +104,13 @@ def test_a_replica_occupies_tensor_times_pipeline_parallel_devices() -> None:
     assert spec.gpus == 4 and spec.tensor_parallel_size == 2  # what the coordinator holds
     assert replica_gpus({"tensor_parallel_size": "4"}) == 4  # what the planner counts
     assert replica_gpus({"tensor_parallel_size": "x", "pipeline_parallel_size": None}) == 1
+
+
+def test_a_data_parallel_replica_occupies_every_rank_and_expert_parallelism_adds_none() -> None:
+    spec = TrialSpec(trial_id="t", model="m", workload=Workload(), slo=SLO(ttft=300),
+                     engine_args={"tensor_parallel_size": 2, "enable_expert_parallel": True},
+                     knobs={"data_parallel_size": 4})
+    assert spec.gpus == 8  # one vllm serve over 4 ranks of TP 2
+    assert replica_gpus({"tensor_parallel_size": 2, "pipeline_parallel_size": 2,
+                         "data_parallel_size": 2}) == 8
+    assert replica_gpus({"data_parallel_size": 4, "enable_expert_parallel": True}) == 4

@@ -33,6 +33,7 @@ from workers.sim_trial import run_virtual_trial
 from workers.trial import run_trial
 
 QWEN7B = "Qwen/Qwen2.5-7B-Instruct"
+QWEN_MOE = "Qwen/Qwen3-30B-A3B"
 
 
 def _spec(rate: float = 3.0, prompts: int = 60, knobs: dict[str, Any] | None = None,
@@ -78,13 +79,20 @@ CASES: dict[str, TrialSpec] = {
     # trace replay with block reuse, rescaled to the workload's 3 req/s
     "mooncake_trace": _spec(prompts=40, workload={
         "dataset": load_workload("mooncake-sample")[0].dataset.model_dump()}),
+    # A mixture-of-experts model on two data-parallel ranks with expert parallelism: one
+    # server, two schedulers behind its load balancer, the experts split between them.
+    "moe_dp_ep": _spec(rate=8.0, model=QWEN_MOE, gpu="h100-sxm", knobs={
+        "quantization": None, "data_parallel_size": 2, "enable_expert_parallel": True}),
+    # expert parallelism on a dense model: refused before any request
+    "moe_ep_on_dense": _spec(knobs={"data_parallel_size": 2, "enable_expert_parallel": True}),
 }
 EXPECTED = {
     "feasible": ("ok", None), "rule_broken": ("failed", "invalid_config"),
     "startup_oom": ("failed", "oom"), "early_abort": ("ok", None),
     "capacity_none_passes": ("ok", None), "errors_over_budget": ("failed", "benchmark_errors"),
     "quality_passes": ("ok", None), "quality_fails": ("ok", None), "multi_turn": ("ok", None),
-    "mooncake_trace": ("ok", None),
+    "mooncake_trace": ("ok", None), "moe_dp_ep": ("ok", None),
+    "moe_ep_on_dense": ("failed", "invalid_config"),
 }
 
 
@@ -138,7 +146,7 @@ def test_live_and_virtual_agree(case: str, live: dict[str, TrialResult]) -> None
             [t["mean_prompt_tokens"] for t in virtual_turns["per_turn"]]
         assert live_turns["in_session_hit_rate"] >= 0.9
         assert virtual_turns["in_session_hit_rate"] >= 0.9
-    if case in ("feasible", "multi_turn"):
+    if case in ("feasible", "multi_turn", "moe_dp_ep"):
         assert real.gate_passed and virtual.gate_passed, (
             {k: real.metrics.get(k) for k in ("p99_ttft_ms", "p99_tpot_ms")},
             slotune_fields(real.metrics).get("send_lag_ms"))
@@ -167,6 +175,13 @@ def test_live_and_virtual_agree(case: str, live: dict[str, TrialResult]) -> None
         for result in (real, virtual):
             assert result.diagnosis is not None
             assert result.diagnosis["evidence"]["prefix_cache_hit_rate"] > 0.3
+    if case == "moe_dp_ep":  # the engine says which layout it ran, both ways
+        for result in (real, virtual):
+            assert result.engine.resolved_config["data_parallel_size"] == 2
+            assert result.engine.resolved_config["enable_expert_parallel"] is True
+    if case == "moe_ep_on_dense":
+        for result in (real, virtual):
+            assert "has no experts" in (result.failure_message or "")
     if case == "quality_passes":
         assert real.objective > 0 and real.metrics  # checked, then measured as usual
     if case == "quality_fails":

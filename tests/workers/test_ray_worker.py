@@ -74,6 +74,14 @@ def test_gpus_follow_tensor_parallel_size(ray_cluster: None) -> None:
     assert not groups[0] & groups[1]
 
 
+def test_a_data_parallel_replica_holds_every_ranks_gpus(ray_cluster: None) -> None:
+    s = spec()
+    s = s.model_copy(update={"knobs": {**s.knobs, "data_parallel_size": 2}})
+    result = collect_trial(submit_trial(s), s, timeout_s=180)
+    assert result.status == "ok", result.failure_message
+    assert len(set(result.engine.gpu_ids)) == 2  # one server, two ranks, two GPUs
+
+
 def test_a_lost_worker_is_a_worker_lost_result_and_leaves_no_engine(ray_cluster: None) -> None:
     s = spec(prompts=400)
     ref = submit_trial(s)

@@ -221,7 +221,7 @@ class SweepTrial(Base):
     capacity: Mapped[float | None] = mapped_column(Float)
     """Capacity mode: the highest rate one replica held the SLO at (req/s)."""
     gpus: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
-    """Devices one replica of ``config`` occupies (tensor × pipeline parallel size)."""
+    """Devices one replica of ``config`` occupies (tensor × pipeline × data parallel size)."""
     result: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     diagnosis: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     timings: Mapped[dict[str, Any] | None] = mapped_column(JSONType)

@@ -189,7 +189,7 @@ class BestConfig(_Record):
     capacity: float | None
     """Capacity mode: the highest rate one replica held the SLO at (req/s)."""
     gpus: int = 1
-    """Devices one replica occupies (TP × PP)."""
+    """Devices one replica occupies (TP × PP × DP)."""
     capacity_per_gpu: float | None = None
     """``capacity / gpus``: what the view ranks by (None: no capacity measured)."""
     confirmed: bool

@@ -63,7 +63,7 @@ from workers.contracts import (
 from workers.engines import ENGINES
 from workers.loadgen.workload_files import WorkloadError, load_workload, parse_workload
 from workers.safe_yaml import YamlInputError, load_yaml_file
-from workers.sim.catalog import GPUS, UnknownCatalogEntry, get_gpu, get_model
+from workers.sim.catalog import GPUS, ModelSpec, UnknownCatalogEntry, get_gpu, get_model
 from workers.sim.device_file import is_device_file
 from workers.sim.model_config import ModelConfigError
 
@@ -157,7 +157,8 @@ def _check_range(name: str, knob: Knob) -> None:
 
 
 _COUNT_ARGS = frozenset({"max_num_seqs", "max_num_batched_tokens", "max_model_len",
-                         "tensor_parallel_size", "pipeline_parallel_size", "block_size"})
+                         "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size",
+                         "block_size"})
 """Engine arguments that are counts: integers >= 1 (None leaves the engine's default)."""
 
 
@@ -171,9 +172,11 @@ def _knob_values(knob: Knob) -> list[KnobValue]:
     return []  # pragma: no cover - finite knobs have choices
 
 
-def _check_value(name: str, value: KnobValue, context_len: int | None,
+def _check_value(name: str, value: KnobValue, facts: ModelSpec | None,
                  model: str) -> str | None:
-    """Why ``value`` is absurd for engine argument ``name``, or None when it is plausible."""
+    """Why ``value`` is absurd for engine argument ``name``, or None when it is plausible.
+    ``facts``: the model's architecture where the simulator can read it."""
+    context_len = None if facts is None else facts.max_position_embeddings
     if value is None:
         return None
     if name in _COUNT_ARGS and (isinstance(value, bool) or not isinstance(value, int)
@@ -188,6 +191,10 @@ def _check_value(name: str, value: KnobValue, context_len: int | None,
             and value > context_len):
         return (f"max_model_len {value} is beyond {model}'s context window "
                 f"({context_len} tokens, max_position_embeddings); use at most {context_len}")
+    if name == "enable_expert_parallel" and value is True and facts is not None \
+            and facts.moe is None:
+        return (f"{model} has no experts (its config.json declares no mixture-of-experts "
+                "layers): expert parallelism has nothing to split")
     return None
 
 
@@ -413,13 +420,13 @@ class SearchSpace(_Strict):
                 f"{', '.join(unknown)}: not an argument the {self.engine} engine takes; "
                 f"valid: {', '.join(sorted(known))} (or declare it in allowed_extra_args)")
         try:
-            context_len: int | None = get_model(self.model).max_position_embeddings
+            facts: ModelSpec | None = get_model(self.model)
         except UnknownCatalogEntry:
-            context_len = None  # a model we have no facts for: the engine checks it
+            facts = None  # a model we have no facts for: the engine checks it
         checks = [(n, v, "fixed") for n, v in self.fixed.items()]
         checks += [(n, v, "knob") for n, k in self.knobs.items() for v in _knob_values(k)]
         for name, value, where in checks:
-            problem = _check_value(name, value, context_len, self.model)
+            problem = _check_value(name, value, facts, self.model)
             if problem:
                 raise ValueError(f"{where} {name!r}: {problem}")
 

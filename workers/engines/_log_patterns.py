@@ -36,6 +36,13 @@ greater than or equal to max_num_seqs (64). [type=value_error, …]``, or, for a
 bound, the field's name and ``Input should be less than or equal to 1 [type=…]``. Older
 releases raised ``ValueError: <sentence>``. Memory shortfalls are a ``ValueError`` or
 ``torch.OutOfMemoryError`` in the engine core, then ``EngineCore failed to start.``
+
+What a build does not implement is a refusal too, whenever it shows: vLLM raises
+``NotImplementedError`` where a platform lacks a piece a configuration needs, and the
+configuration never runs there. The CPU build boots two data-parallel ranks of a
+mixture-of-experts model and dies at the first request, in its CPU communicator's
+``all_gatherv`` (``tests/fixtures/vllm/refused_cpu_moe_data_parallel.log``); often the
+error is bare, so its sentence names the function and file that raised it.
 """
 
 from __future__ import annotations
@@ -58,16 +65,25 @@ _INVALID_PATTERNS = (
     "is greater than the derived max_model_len", "must be divisible by tensor parallel size",
     "without speculative model", "requires 'model' to contain the custom proposer",
     "Unknown quantization method", "GPU memory utilization must be",
+    # The CPU build binds each rank's threads to a NUMA node of its own (TP/PP/DP ranks).
+    "Not enough allowed NUMA nodes to bind threads",
     # Any other refusal by one of vLLM's pydantic config classes.
     "Value error, ", "Input should be", "validation error for",
     "error: argument", "unrecognized arguments", "invalid choice", "ValueError",
 )
 
 
+_NOT_IMPLEMENTED = "NotImplementedError"
+_FRAME = re.compile(r'File "(?:.*?/site-packages/)?(?P<file>[^"]+)", line (?P<line>\d+), '
+                    r"in (?P<function>\w+)")
+
+
 def classify_failure(log_text: str, *, during: str) -> FailureClass:
     """What kind of failure a dead engine's log shows (``during``: startup or measure)."""
     if any(p in log_text for p in _OOM_PATTERNS):
         return "oom"
+    if _NOT_IMPLEMENTED in log_text:
+        return "invalid_config"  # the build cannot run this configuration, at any time
     if during == "startup" and any(p in log_text for p in _INVALID_PATTERNS):
         return "invalid_config"
     return "crashed"
@@ -108,7 +124,14 @@ def error_sentence(text: str) -> str:
     line.
     """
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    for pattern in (*_OOM_PATTERNS, *_INVALID_PATTERNS):
+    for pattern in _OOM_PATTERNS:
+        for i in range(len(lines) - 1, -1, -1):
+            if pattern in lines[i]:
+                return _sentence(lines, i)
+    unsupported = _not_implemented(lines)
+    if unsupported is not None:
+        return unsupported
+    for pattern in _INVALID_PATTERNS:
         for i in range(len(lines) - 1, -1, -1):
             if pattern in lines[i]:
                 return _sentence(lines, i)
@@ -116,6 +139,26 @@ def error_sentence(text: str) -> str:
         if _ERROR_WORD.search(lines[i]) and not lines[i].startswith(_NOT_A_SENTENCE):
             return _sentence(lines, i)
     return _sentence(lines, len(lines) - 1) if lines else "(no output)"
+
+
+def _not_implemented(lines: list[str]) -> str | None:
+    """The first ``NotImplementedError`` line, with the frame that raised it when the
+    error carries no message of its own."""
+    for i, line in enumerate(lines):
+        if _NOT_IMPLEMENTED not in line:
+            continue
+        sentence = _sentence(lines, i)
+        if not sentence.startswith(_NOT_IMPLEMENTED):
+            continue  # a line that mentions it (a traceback's code), not the error
+        if sentence.strip() != _NOT_IMPLEMENTED:
+            return sentence
+        for j in range(i - 1, -1, -1):
+            frame = _FRAME.search(lines[j])
+            if frame is not None:
+                return (f"{_NOT_IMPLEMENTED} in {frame['function']} ({frame['file']}, "
+                        f"line {frame['line']})")
+        return sentence
+    return None
 
 
 # Each fact and phase: vLLM's current words first, then older releases'.

@@ -18,8 +18,9 @@ if TYPE_CHECKING:
 SIM_ARGS = frozenset({
     "max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization", "max_model_len",
     "enable_prefix_caching", "enable_chunked_prefill", "kv_cache_dtype", "quantization",
-    "speculative_config", "tensor_parallel_size", "block_size", "enforce_eager",
-    "load_format", "served_model_name",
+    "speculative_config", "tensor_parallel_size", "data_parallel_size",
+    "enable_expert_parallel", "block_size", "enforce_eager", "load_format",
+    "served_model_name",
 })
 """vLLM's arguments that the simulator models."""
 

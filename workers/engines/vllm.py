@@ -61,7 +61,8 @@ VLLM_BIN_ENV = "SLOTUNE_VLLM_BIN"
 VLLM_ARGS = frozenset({
     "max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization", "max_model_len",
     "enable_prefix_caching", "enable_chunked_prefill", "kv_cache_dtype", "quantization",
-    "speculative_config", "tensor_parallel_size", "pipeline_parallel_size", "block_size",
+    "speculative_config", "tensor_parallel_size", "pipeline_parallel_size",
+    "data_parallel_size", "enable_expert_parallel", "block_size",
     "enforce_eager", "load_format", "served_model_name", "dtype", "seed",
     "cpu_offload_gb", "max_logprobs", "disable_log_stats", "trust_remote_code",
     "long_prefill_token_threshold", "async_scheduling",

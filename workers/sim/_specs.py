@@ -42,6 +42,28 @@ class GPUSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class MoESpec:
+    """A mixture-of-experts model's experts, from its ``config.json``
+    (:mod:`workers.sim.model_config` reads each family's field names)."""
+
+    num_experts: int
+    """Routed experts in each MoE layer."""
+    experts_per_token: int
+    """Routed experts each token goes to (top-k)."""
+    expert_intermediate_size: int
+    """The MLP width of one routed expert."""
+    num_moe_layers: int
+    """Layers whose MLP is the experts; the others have a dense MLP of ``intermediate_size``."""
+    shared_intermediate_size: int = 0
+    """Total MLP width of the shared experts every token also goes through (0: none)."""
+
+    @property
+    def expert_params(self) -> int:
+        """Parameters of one routed expert (gate, up and down projections), per hidden unit."""
+        return 3 * self.expert_intermediate_size
+
+
+@dataclass(frozen=True, slots=True)
 class ModelSpec:
     """One model architecture, from its ``config.json``."""
 
@@ -58,28 +80,63 @@ class ModelSpec:
     tie_word_embeddings: bool = False
     qkv_bias: bool = False
     aliases: tuple[str, ...] = ()
+    moe: MoESpec | None = None
+    """The experts of a mixture-of-experts model; None for a dense one."""
 
     @property
     def params(self) -> int:
-        """Parameter count derived from the architecture (embeddings included)."""
+        """Parameter count derived from the architecture (embeddings included; every
+        expert's weights, since all of them are resident)."""
+        return self._dense_params + self.routed_expert_params
+
+    @property
+    def routed_expert_params(self) -> int:
+        """Parameters of all routed experts of all MoE layers (0 for a dense model)."""
+        moe = self.moe
+        if moe is None:
+            return 0
+        return moe.num_moe_layers * moe.num_experts * moe.expert_params * self.hidden_size
+
+    @property
+    def active_routed_params(self) -> int:
+        """Routed-expert parameters one token is multiplied by: its top-k experts in each
+        MoE layer (0 for a dense model)."""
+        moe = self.moe
+        if moe is None:
+            return 0
+        return moe.num_moe_layers * moe.experts_per_token * moe.expert_params * self.hidden_size
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token's forward pass multiplies by: a dense model's all, a MoE
+        model's all but the routed experts it is not sent to."""
+        return self._dense_params + self.active_routed_params
+
+    @property
+    def _dense_params(self) -> int:
+        """Everything but the routed experts: attention, dense MLPs, shared experts,
+        routers, norms, embeddings."""
         h, layers = self.hidden_size, self.num_layers
         q = h * self.num_attention_heads * self.head_dim
         kv = 2 * h * self.num_kv_heads * self.head_dim
         o = self.num_attention_heads * self.head_dim * h
         heads = self.num_attention_heads + 2 * self.num_kv_heads
         bias = heads * self.head_dim if self.qkv_bias else 0
-        mlp = 3 * h * self.intermediate_size
         norms = 2 * h
-        per_layer = q + kv + o + bias + mlp + norms
+        moe_layers = 0 if self.moe is None else self.moe.num_moe_layers
+        mlp = (layers - moe_layers) * 3 * h * self.intermediate_size
+        if self.moe is not None:  # each MoE layer: a router and the shared experts
+            mlp += moe_layers * h * (self.moe.num_experts + 3 * self.moe.shared_intermediate_size)
         embed = self.vocab_size * h
         lm_head = 0 if self.tie_word_embeddings else self.vocab_size * h
-        return layers * per_layer + embed + lm_head + h
+        return layers * (q + kv + o + bias + norms) + mlp + embed + lm_head + h
 
     @property
     def matmul_params(self) -> int:
-        """Parameters that take part in every token's GEMMs (the embedding lookup does not)."""
+        """Parameters that take part in every token's GEMMs (the embedding lookup does not;
+        of a MoE model's routed experts, only the ones the token is sent to)."""
         embedding = self.vocab_size * self.hidden_size
-        return self.params - (0 if self.tie_word_embeddings else embedding)
+        return self.active_params - (0 if self.tie_word_embeddings else embedding)
 
     def kv_bytes_per_token(self, kv_dtype_bytes: float, tensor_parallel_size: int = 1) -> float:
         """KV cache bytes one token occupies on one GPU (K and V, every layer)."""

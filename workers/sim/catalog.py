@@ -19,7 +19,7 @@ import json
 from importlib import resources
 from typing import Any
 
-from workers.sim._specs import GiB, GPUSpec, ModelSpec, UnknownCatalogEntry
+from workers.sim._specs import GiB, GPUSpec, ModelSpec, MoESpec, UnknownCatalogEntry
 from workers.sim.device_file import is_device_file, load_device_file
 from workers.sim.model_config import (
     cached_snapshot,
@@ -34,6 +34,7 @@ __all__ = [
     "MODELS",
     "GPUSpec",
     "GiB",
+    "MoESpec",
     "ModelSpec",
     "UnknownCatalogEntry",
     "get_gpu",

@@ -188,6 +188,10 @@ class EngineConfig:
     enforce_eager: bool
     load_format: str
     speculative: SpeculativeConfig | None
+    data_parallel_size: int = 1
+    """Engine ranks behind the one API server (:mod:`workers.sim.data_parallel`); each
+    holds this whole configuration (``max_num_seqs``, KV cache, …) on TP devices."""
+    enable_expert_parallel: bool = False
     seed: int = 0
     noise: float = 0.0
     time_scale: float = 1.0
@@ -205,6 +209,9 @@ class EngineConfig:
             weight_format=self.quantization or "bf16",
             kv_cache_dtype=self.kv_cache_dtype,
             enforce_eager=self.enforce_eager,
+            data_parallel_size=self.data_parallel_size,
+            enable_expert_parallel=self.enable_expert_parallel,
+            seed=self.seed,
         )
 
     @property
@@ -226,6 +233,8 @@ class EngineConfig:
             "kv_cache_dtype": self.kv_cache_dtype,
             "quantization": self.quantization,
             "tensor_parallel_size": self.tensor_parallel_size,
+            "data_parallel_size": self.data_parallel_size,
+            "enable_expert_parallel": self.enable_expert_parallel,
             "block_size": self.block_size,
             "enforce_eager": self.enforce_eager,
             "speculative_config": None if self.speculative is None else {
@@ -255,6 +264,35 @@ def check_tensor_parallel(model: ModelSpec, tensor_parallel_size: int) -> None:
         )
 
 
+def check_parallel_layout(model: ModelSpec, tensor_parallel_size: int,
+                          data_parallel_size: int = 1,
+                          enable_expert_parallel: bool = False) -> None:
+    """The layout's checks: vLLM's head count (:func:`check_tensor_parallel`), the
+    experts' width that vLLM's ``FusedMoEConfig`` asserts divides across the TP × DP
+    devices without expert parallelism (vLLM says only ``AssertionError``; these words
+    are ours), and expert parallelism on a model without experts (vLLM ignores the flag;
+    refused here so a search does not spend a trial on a layout that equals another)."""
+    check_tensor_parallel(model, tensor_parallel_size)
+    if data_parallel_size < 1:
+        raise EngineConfigError(f"data_parallel_size must be >= 1, got {data_parallel_size}.")
+    moe = model.moe
+    if moe is None:
+        if enable_expert_parallel:
+            raise EngineConfigError(
+                f"enable_expert_parallel is set but {model.name} has no experts (its "
+                "config.json declares no mixture-of-experts layers): expert parallelism "
+                "has nothing to split; leave it off for a dense model.")
+        return
+    devices = tensor_parallel_size * data_parallel_size
+    if not enable_expert_parallel and moe.expert_intermediate_size % devices:
+        raise EngineConfigError(
+            f"The experts' intermediate size ({moe.expert_intermediate_size}) must be "
+            f"divisible by tensor_parallel_size × data_parallel_size ({devices}): without "
+            "expert parallelism vLLM shards every expert across all of those devices "
+            "(FusedMoEConfig: assert intermediate_size % tp_size == 0). Enable expert "
+            "parallelism or choose sizes that divide it.")
+
+
 def build_config(
     model: str,
     *,
@@ -270,6 +308,8 @@ def build_config(
     quantization: str | None = None,
     speculative_config: str | None = None,
     tensor_parallel_size: int = 1,
+    data_parallel_size: int = 1,
+    enable_expert_parallel: bool = False,
     block_size: int = DEFAULT_BLOCK_SIZE,
     enforce_eager: bool = False,
     load_format: str = "auto",
@@ -290,7 +330,8 @@ def build_config(
         raise EngineConfigError(
             f"Unknown quantization method: {quantization}. Must be one of {list(QUANTIZATIONS)}."
         )
-    check_tensor_parallel(model_spec, tensor_parallel_size)
+    check_parallel_layout(model_spec, tensor_parallel_size, data_parallel_size,
+                          enable_expert_parallel)
     # CacheConfig's field bound (0, 1]; pydantic words it.
     if gpu_memory_utilization > 1.0:
         raise EngineConfigError(
@@ -380,6 +421,8 @@ def build_config(
         enforce_eager=enforce_eager,
         load_format=load_format,
         speculative=speculative,
+        data_parallel_size=data_parallel_size,
+        enable_expert_parallel=enable_expert_parallel,
         seed=sim_seed,
         noise=sim_noise,
         time_scale=sim_time_scale,
@@ -392,19 +435,35 @@ def activation_bytes_per_token(config: EngineConfig) -> float:
 
     bf16 buffers of the profile run: residual, norms and attention projections (≈16
     hidden-sized vectors) and the fused gate/up output with its activation (≈6
-    intermediate-sized vectors, split across TP ranks).
+    intermediate-sized vectors, split across TP ranks). A MoE layer's are the top-k
+    experts' (fused-MoE keeps a token's k intermediate rows), over the widest the rank
+    holds: whole experts with expert parallelism, a TP × DP slice without.
     """
     m, tp = config.model, config.tensor_parallel_size
-    return 2.0 * (16 * m.hidden_size + 6 * m.intermediate_size / tp)
+    width = m.intermediate_size / tp
+    layout = config.hardware.expert_layout
+    if m.moe is not None and layout is not None:
+        expert = m.moe.expert_intermediate_size / (1 if layout.expert_parallel
+                                                     else layout.devices)
+        width = m.moe.experts_per_token * expert + m.moe.shared_intermediate_size / tp
+    return 2.0 * (16 * m.hidden_size + 6 * width)
 
 
 def weight_bytes(config: EngineConfig) -> int:
-    """Weights on one rank: quantised layers; embeddings and lm_head stay in bf16."""
+    """Weights on one device: quantised layers; embeddings and lm_head stay in bf16.
+
+    Everything is split across the TP ranks of a DP rank, except a MoE model's routed
+    experts: all of them resident, spread over all TP × DP devices
+    (:func:`workers.sim.moe.expert_layout`: the busiest device's share)."""
     m = config.model
     embed = m.vocab_size * m.hidden_size * (1 if m.tie_word_embeddings else 2)
-    layer_params = m.params - embed
+    experts = m.routed_expert_params
+    layer_params = m.params - embed - experts
     per_param = WEIGHT_BYTES[config.quantization or "bf16"]
-    return int((layer_params * per_param + embed * 2.0) / config.tensor_parallel_size)
+    layout = config.hardware.expert_layout
+    share = 0.0 if layout is None else layout.weight_share
+    return int((layer_params * per_param + embed * 2.0) / config.tensor_parallel_size
+               + experts * per_param * share)
 
 
 def plan_memory(config: EngineConfig) -> MemoryPlan:
@@ -418,7 +477,9 @@ def plan_memory(config: EngineConfig) -> MemoryPlan:
             f"{weights / GiB:.2f} GiB for the model weights. GPU 0 has a total capacity of "
             f"{total / GiB:.2f} GiB. Use a larger --tensor-parallel-size or --quantization."
         )
-    non_torch = NON_TORCH_BYTES + NCCL_BYTES_PER_PEER * (config.tensor_parallel_size - 1)
+    # NCCL buffers for each peer the device talks to: its TP group, and the DP group's.
+    peers = config.tensor_parallel_size * config.data_parallel_size - 1
+    non_torch = NON_TORCH_BYTES + NCCL_BYTES_PER_PEER * peers
     # The sampler's dummy run holds fp32 logits for max_num_seqs rows, plus the probs and
     # sort buffers of top-p/top-k: about four logits-sized tensors.
     sampler_logits = config.max_num_seqs * config.model.vocab_size * 4 * 4
@@ -490,7 +551,9 @@ def startup_log_lines(config: EngineConfig, plan: MemoryPlan) -> list[str]:
         f"num_spec_tokens={spec.num_speculative_tokens})")
     return [
         f"Resolved architecture for {config.model.name} on {config.gpu.device_name} "
-        f"(simulated), tensor_parallel_size={config.tensor_parallel_size}",
+        f"(simulated), tensor_parallel_size={config.tensor_parallel_size}, "
+        f"data_parallel_size={config.data_parallel_size}, "
+        f"enable_expert_parallel={config.enable_expert_parallel}",
         f"Using max model len {config.max_model_len}",
         *([f"Chunked prefill is enabled with max_num_batched_tokens="
            f"{config.max_num_batched_tokens}."] if config.enable_chunked_prefill else []),
@@ -579,6 +642,9 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--speculative-config", default=None,
                         help='JSON, e.g. \'{"method":"ngram","num_speculative_tokens":5}\'')
     parser.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
+    parser.add_argument("--data-parallel-size", "-dp", type=int, default=1)
+    _bool_flag(parser, "enable-expert-parallel", False,
+               "place whole experts on ranks instead of sharding every expert (MoE models)")
     parser.add_argument("--block-size", type=int, default=DEFAULT_BLOCK_SIZE)
     _bool_flag(parser, "enforce-eager", False, "run without CUDA graphs")
     parser.add_argument("--load-format", default="auto")
@@ -619,6 +685,8 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
         quantization=args.quantization,
         speculative_config=args.speculative_config,
         tensor_parallel_size=args.tensor_parallel_size,
+        data_parallel_size=args.data_parallel_size,
+        enable_expert_parallel=args.enable_expert_parallel,
         block_size=args.block_size,
         enforce_eager=args.enforce_eager,
         load_format=args.load_format,

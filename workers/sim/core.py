@@ -139,6 +139,15 @@ class StepResult:
         return self.start_time + self.duration
 
 
+@dataclass(frozen=True, slots=True)
+class PlannedStep:
+    """A scheduled batch not yet run: what :meth:`EngineCore.schedule` picked."""
+
+    scheduled: list[tuple[SimRequest, int]]
+    preempted: list[SimRequest]
+    shape: StepShape
+
+
 class BlockPool:
     """vLLM's KV block pool: reference counts, an LRU free queue and the prefix-hash index.
 
@@ -402,6 +411,17 @@ class EngineCore:
 
     def step(self, now: float) -> StepResult | None:
         """Schedule and run one step starting at engine time ``now``; None when idle."""
+        planned = self.schedule(now)
+        if planned is None:
+            return None
+        cost, duration = self.price(planned)
+        return self.run(now, planned, cost, duration)
+
+    def schedule(self, now: float) -> PlannedStep | None:
+        """Pick the batch of the step starting at ``now`` (None when idle). The step is
+        then priced (:meth:`price`) and run (:meth:`run`); :meth:`step` does all three,
+        and data-parallel ranks run one step together at their slowest rank's pace
+        (:mod:`workers.sim.data_parallel`)."""
         if not self.running and not self.waiting and not self.decoders:
             return None
         cfg = self.config
@@ -444,7 +464,7 @@ class EngineCore:
 
         if not scheduled and not self.decoders:
             return None
-        return self._execute(now, scheduled, preempted)
+        return PlannedStep(scheduled, preempted, self._shape(scheduled))
 
     def _preempt_tail(self) -> SimRequest:
         """Preempt the most recently admitted running request (the tail of the order)."""
@@ -597,9 +617,11 @@ class EngineCore:
             decode_query_tokens=1 + self.spec_tokens,
         )
 
-    def _execute(self, now: float, scheduled: list[tuple[SimRequest, int]],
-                 preempted: list[SimRequest]) -> StepResult:
-        shape = self._shape(scheduled)
+    def price(self, planned: PlannedStep) -> tuple[StepCost, float]:
+        """The planned step's modelled cost and its duration with this rank's noise;
+        raises :class:`EngineCrashed` for a batch the memory left outside the KV cache
+        cannot hold."""
+        shape = planned.shape
         tokens = shape.num_tokens
         if self.oom_tokens is not None and tokens >= self.oom_tokens:
             raise EngineCrashed(
@@ -615,6 +637,14 @@ class EngineCore:
         noise = self.config.noise
         if noise > 0:
             duration *= math.exp(self.rng.gauss(0.0, noise) - noise * noise / 2)
+        return cost, duration
+
+    def run(self, now: float, planned: PlannedStep, cost: StepCost,
+            duration: float) -> StepResult:
+        """Run the planned step from ``now`` for ``duration``: every scheduled request's
+        progress, tokens, finishes."""
+        scheduled, preempted, shape = planned.scheduled, planned.preempted, planned.shape
+        tokens = shape.num_tokens
         end = now + duration
         step = self.num_steps
         self.num_steps += 1

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 
 from workers.sim.calibration import RooflineCalibration, load_calibration
 from workers.sim.catalog import GPUSpec, ModelSpec
+from workers.sim.moe import ExpertLayout, expert_layout, experts_touched
 
 WEIGHT_BYTES = {"bf16": 2.0, "fp8": 1.0, "awq": 0.5, "gptq": 0.5}
 """Bytes per weight for each weight format (int4 formats: 4 bits, scales ignored)."""
@@ -32,6 +33,20 @@ class HardwareSetup:
     """``bf16``, ``fp8``, ``awq`` or ``gptq`` (from ``--quantization``)."""
     kv_cache_dtype: str = "auto"
     enforce_eager: bool = False
+    data_parallel_size: int = 1
+    """Engine ranks of one server; a MoE model's expert layers span all of them."""
+    enable_expert_parallel: bool = False
+    seed: int = 0
+    """The engine's seed: it draws the experts' load imbalance (:mod:`workers.sim.moe`)."""
+
+    @property
+    def expert_layout(self) -> ExpertLayout | None:
+        """Where a MoE model's experts sit on this layout's devices; None for a dense model."""
+        moe = self.model.moe
+        if moe is None:
+            return None
+        return expert_layout(moe, self.tensor_parallel_size, self.data_parallel_size,
+                             self.enable_expert_parallel, self.seed)
 
     @property
     def weight_bytes_per_param(self) -> float:
@@ -69,6 +84,9 @@ class StepShape:
     """Σ over decoding requests of their context length (KV tokens read)."""
     decode_query_tokens: int = 1
     """Tokens each decoding request verifies this step: 1, or 1 + speculative tokens."""
+    group_tokens: int = 0
+    """Tokens the whole data-parallel group runs this step (a MoE model's expert layers
+    run them together); 0: this rank's tokens on every rank (balanced ranks)."""
 
     @classmethod
     def uniform(cls, prefill_tokens: int, decode_seqs: int, context_len: int,
@@ -156,7 +174,13 @@ class RooflineCostModel(CostModel):
       (input preparation, sampling), and with ``--enforce-eager`` a per-layer cost for
       launching kernels outside CUDA graphs;
     * **communication**: two all-reduces per layer of the step's activations across TP
-      ranks (none at TP 1).
+      ranks (none at TP 1);
+    * **routed experts** of a mixture-of-experts model (:mod:`workers.sim.moe`, whose
+      docstring states the assumptions): the group's tokens × top-k expert passes over
+      this device's share (times the layout's imbalance or tile waste) against reading
+      the experts the step touches, one more roofline group; and, across DP ranks, an
+      all-gather and a reduce-scatter of the group's hidden states per MoE layer.
+      The linear layers above are then the rest: attention, dense MLPs, shared experts.
 
     ``StepCost.compute_s`` and ``memory_s`` are the sums of the groups' compute and memory
     times, so ``max(compute, memory) <= total - overhead - communication`` and the
@@ -178,14 +202,18 @@ class RooflineCostModel(CostModel):
         fp8_kv = setup.kv_bytes_per_element < 2.0
         kv_rate = gpu.memory_bandwidth * (cal.fp8_kv_efficiency if fp8_kv else cal.kv_efficiency)
         lm_head = m.vocab_size * m.hidden_size / tp
-        body = m.matmul_params / tp - (0 if m.tie_word_embeddings else lm_head)
+        moe, layout = m.moe, setup.expert_layout
+        routed = m.active_routed_params
+        body = (m.matmul_params - routed) / tp - (0 if m.tie_word_embeddings else lm_head)
         # Seconds per unit of work, so that step_cost is a handful of multiplications.
         self._k = cal.overlap_exponent
         self._body_c = 2.0 * body / (setup.gemm_flops * gemm_eff)
         self._body_m = body * setup.weight_bytes_per_param / mem_rate
         self._head_c = 2.0 * lm_head / bf16_rate
         self._head_m = lm_head * 2.0 / mem_rate
-        elementwise = 8 * m.hidden_size + 3 * m.intermediate_size / tp
+        mlp_width = m.intermediate_size if moe is None else (
+            moe.experts_per_token * moe.expert_intermediate_size + moe.shared_intermediate_size)
+        elementwise = 8 * m.hidden_size + 3 * mlp_width / tp
         self._elementwise_m = layers * elementwise * 2.0 / mem_rate
         self._pair_c = (4.0 * layers * (m.num_attention_heads / tp) * m.head_dim
                         / (gpu.bf16_flops * cal.attention_efficiency))
@@ -203,6 +231,22 @@ class RooflineCostModel(CostModel):
             self._comm_token = 2 * layers * allreduce_bytes / gpu.interconnect_bandwidth
         else:
             self._comm_fixed = self._comm_token = 0.0
+        self._dp = dp = setup.data_parallel_size
+        self._moe = moe
+        self._expert_c = self._expert_m = self._dp_comm_fixed = self._dp_comm_token = 0.0
+        if moe is not None and layout is not None:
+            # Per group token: its top-k experts' FLOPs, this device's share of them.
+            self._expert_c = (2.0 * routed * layout.compute_factor / layout.devices
+                              / (setup.gemm_flops * gemm_eff))
+            # Per touched expert (all MoE layers): the bytes this device holds of it.
+            self._expert_m = (moe.num_moe_layers * moe.expert_params * m.hidden_size
+                              * setup.weight_bytes_per_param * layout.weight_share
+                              * moe.num_experts / mem_rate)
+            if dp > 1:
+                gathered = m.hidden_size * 2.0 * (dp - 1) / dp
+                self._dp_comm_fixed = 2 * moe.num_moe_layers * gpu.interconnect_latency_s
+                self._dp_comm_token = 2 * moe.num_moe_layers * gathered / (
+                    gpu.interconnect_bandwidth)
 
     def _overlap(self, compute: float, memory: float) -> float:
         k = self._k
@@ -236,6 +280,15 @@ class RooflineCostModel(CostModel):
             busy += self._overlap(attn_c, attn_m)
             overhead += self._attn_pass
         comm = self._comm_fixed + tokens * self._comm_token if self._comm_token else 0.0
+        if self._moe is not None:
+            group = shape.group_tokens or tokens * self._dp
+            expert_c = group * self._expert_c
+            expert_m = experts_touched(self._moe, group) / self._moe.num_experts * self._expert_m
+            compute += expert_c
+            memory += expert_m
+            busy += self._overlap(expert_c, expert_m)
+            if self._dp_comm_token:
+                comm += self._dp_comm_fixed + group * self._dp_comm_token
         return StepCost(busy + overhead + comm, compute, memory, overhead, comm)
 
 

@@ -7,21 +7,28 @@ for the dense decoder families vLLM users serve most (:data:`SUPPORTED_MODEL_TYP
 filling what a file leaves out with the default of that family's Hugging Face config
 class (so the simulator sees the model ``transformers`` and vLLM load):
 
-=============== ===================== =================== ==================
-model_type      head_dim when absent  tie_word_embeddings q/k/v bias
-=============== ===================== =================== ==================
-llama           hidden_size // heads  false               ``attention_bias``
-mistral         hidden_size // heads  false               none
-qwen2           hidden_size // heads  false               always
-qwen3           128                   false               ``attention_bias``
-gemma, gemma2,  256                   true                ``attention_bias``
-gemma3_text
-=============== ===================== =================== ==================
+====* **Mixtral** (``mixtral``): ``num_local_experts`` routed experts of
+  ``intermediate_size``; every layer is MoE; no shared experts.
+* **Qwen-MoE** (``qwen2_moe``, ``qwen3_moe``): ``num_experts`` (``num_local_experts``
+  as transformers 5 saves Qwen3-MoE) of
+  ``moe_intermediate_size``; Qwen2-MoE adds one shared expert of
+  ``shared_expert_intermediate_size``; layer ``i`` is MoE unless it is in
+  ``mlp_only_layers`` or ``(i + 1) % decoder_sparse_step`` is not 0.
+* **DeepSeek** fields (``glm4_moe``): ``n_routed_experts`` of ``moe_intermediate_size``
+  plus ``n_shared_experts`` of the same width; layer ``i`` is MoE when
+  ``i >= first_k_dense_replace`` and ``i % moe_layer_freq == 0``.
+
+and ``num_experts_per_tok`` is the top-k of all three. A dense layer of a MoE model has
+an MLP of ``intermediate_size``. DeepSeek-V2/V3 themselves are refused: their attention
+is multi-head latent attention (``kv_lora_rank``), whose compressed KV cache the
+simulator does not model; GLM-4.5 (``glm4_moe``) uses the DeepSeek fields with grouped
+attention and is modelled. A config that declares experts under any other
+``model_type`` (gpt-oss, DBRX, …) is refused naming the field.
 
 ``num_key_value_heads`` defaults to ``num_attention_heads`` (multi-head attention), as
 ``LlamaConfig`` does; the other families' classes default it to a constant instead, but
 their published configs always state it. The other facts are required: a config that
-lacks one, a mixture-of-experts config (:data:`MOE_FIELDS`), or any other
+lacks one, experts outside the MoE families (:data:`MOE_FIELDS`), or any other
 ``model_type`` is refused with :class:`ModelConfigError`, naming the file and the
 field, never guessed.
 
@@ -46,7 +53,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from workers.sim._specs import ModelSpec, UnknownCatalogEntry
+from workers.sim._specs import ModelSpec, MoESpec, UnknownCatalogEntry
 
 __all__ = [
     "MOE_FIELDS",
@@ -74,6 +81,9 @@ class _Family:
     tie_word_embeddings: bool
     qkv_bias: str
     """``always`` (Qwen2's q/k/v projections), ``never``, or ``attention_bias`` (the flag)."""
+    experts: str | None = None
+    """How a MoE family states its experts: ``mixtral``, ``qwen`` or ``deepseek`` (see the
+    module docstring); None for a dense family."""
 
 
 _FAMILIES: dict[str, _Family] = {
@@ -84,6 +94,10 @@ _FAMILIES: dict[str, _Family] = {
     "gemma": _Family(256, True, "attention_bias"),
     "gemma2": _Family(256, True, "attention_bias"),
     "gemma3_text": _Family(256, True, "attention_bias"),
+    "mixtral": _Family(None, False, "never", "mixtral"),
+    "qwen2_moe": _Family(None, False, "always", "qwen"),
+    "qwen3_moe": _Family(128, False, "attention_bias", "qwen"),
+    "glm4_moe": _Family(None, False, "attention_bias", "deepseek"),
 }
 
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(_FAMILIES))
@@ -91,6 +105,12 @@ SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(_FAMILIES))
 MOE_FIELDS: tuple[str, ...] = ("num_experts", "num_local_experts", "n_routed_experts",
                                "moe_num_experts")
 """Fields by which Hugging Face configs declare experts (Qwen-MoE, Mixtral, DeepSeek, …)."""
+
+_UNMODELLED: dict[str, str] = {
+    "kv_lora_rank": "multi-head latent attention (DeepSeek-V2/V3): its compressed KV cache "
+                    "and attention cost are not modelled",
+}
+"""Fields whose presence (not null) means an architecture the simulator would misprice."""
 
 _REQUIRED: dict[str, str] = {
     "hidden_size": "the width of every layer's weights",
@@ -110,22 +130,28 @@ def model_spec_from_config(config: Mapping[str, Any], *, name: str, source: str,
     (``config.json at /models/x``)."""
     if not isinstance(config, Mapping):
         raise ModelConfigError(f"{source} is not a JSON object of model facts")
-    experts = [f for f in MOE_FIELDS if config.get(f)]
-    if experts:
-        raise ModelConfigError(
-            f"{source} describes a mixture-of-experts model ({', '.join(experts)}): "
-            "mixture-of-experts models are not modelled yet; the simulator models dense "
-            f"decoders ({', '.join(SUPPORTED_MODEL_TYPES)})")
+    for field, why in _UNMODELLED.items():
+        if config.get(field) is not None:
+            raise ModelConfigError(f"{source}: {field} ({config[field]!r}) declares {why}; "
+                                   f"supported: {', '.join(SUPPORTED_MODEL_TYPES)}")
     model_type = config.get("model_type")
     if model_type is None:
         raise ModelConfigError(f"{source} lacks 'model_type', which the simulator needs to "
                                f"know the architecture; supported: "
                                f"{', '.join(SUPPORTED_MODEL_TYPES)}")
     family = _FAMILIES.get(str(model_type))
+    experts = [f for f in MOE_FIELDS if config.get(f)]
     if family is None:
+        declared = f" (with experts: {', '.join(experts)})" if experts else ""
         raise ModelConfigError(
-            f"{source}: model_type {model_type!r} is not an architecture the simulator "
-            f"models; supported: {', '.join(SUPPORTED_MODEL_TYPES)}")
+            f"{source}: model_type {model_type!r}{declared} is not an architecture the "
+            f"simulator models; supported: {', '.join(SUPPORTED_MODEL_TYPES)}")
+    if experts and family.experts is None:
+        moe_types = sorted(t for t, f in _FAMILIES.items() if f.experts)
+        raise ModelConfigError(
+            f"{source} declares experts ({', '.join(experts)}) but model_type {model_type!r} "
+            "is not a mixture-of-experts architecture the simulator models; supported "
+            f"mixture-of-experts types: {', '.join(moe_types)}")
     facts = {field: _positive_int(config, field, source, why)
              for field, why in _REQUIRED.items()}
     heads = facts["num_attention_heads"]
@@ -159,7 +185,65 @@ def model_spec_from_config(config: Mapping[str, Any], *, name: str, source: str,
         qkv_bias=(family.qkv_bias == "always" or (family.qkv_bias == "attention_bias"
                   and _flag(config, "attention_bias", False, source))),
         aliases=aliases,
+        moe=None if family.experts is None else _moe_spec(
+            config, family.experts, facts["num_hidden_layers"], source),
     )
+
+
+def _moe_spec(config: Mapping[str, Any], style: str, layers: int, source: str) -> MoESpec | None:
+    """The experts of a MoE family's config (the module docstring's table); None when the
+    config states no routed experts (``num_experts: 0`` makes Qwen-MoE a dense model)."""
+    # transformers 5 saves Qwen3-MoE's experts as num_local_experts (num_experts is an
+    # alias in its config class); published files say num_experts. Either counts.
+    named = {"mixtral": ("num_local_experts",), "qwen": ("num_experts", "num_local_experts"),
+             "deepseek": ("n_routed_experts", "num_local_experts")}[style]
+    experts_field = next((f for f in named if config.get(f)), named[0])
+    if not config.get(experts_field):
+        if style == "mixtral":  # Mixtral without experts is not a model
+            _positive_int(config, experts_field, source, "the number of experts")
+        return None
+    experts = _positive_int(config, experts_field, source, "the number of experts")
+    top_k = _positive_int(config, "num_experts_per_tok", source, "the experts each token uses")
+    if top_k > experts:
+        raise ModelConfigError(f"{source}: num_experts_per_tok ({top_k}) exceeds "
+                               f"{experts_field} ({experts})")
+    width_field = "intermediate_size" if style == "mixtral" else "moe_intermediate_size"
+    width = _positive_int(config, width_field, source, "the experts' weights and FLOPs")
+    shared = 0
+    if style == "qwen" and config.get("shared_expert_intermediate_size"):
+        shared = _positive_int(config, "shared_expert_intermediate_size", source,
+                               "the shared expert's weights")
+    elif style == "deepseek" and config.get("n_shared_experts"):
+        shared = width * _positive_int(config, "n_shared_experts", source,
+                                       "the shared experts' weights")
+    if style == "mixtral":
+        moe_layers = layers
+    elif style == "qwen":
+        step = _optional_int(config, "decoder_sparse_step", 1, source)
+        dense = config.get("mlp_only_layers") or []
+        if not isinstance(dense, list) or not all(isinstance(i, int) for i in dense):
+            raise ModelConfigError(f"{source}: mlp_only_layers must be a list of layer "
+                                   f"indices, got {dense!r}")
+        moe_layers = sum(1 for i in range(layers) if i not in dense and (i + 1) % step == 0)
+    else:
+        first = config.get("first_k_dense_replace") or 0
+        if isinstance(first, bool) or not isinstance(first, int) or first < 0:
+            raise ModelConfigError(f"{source}: first_k_dense_replace must be an integer >= 0, "
+                                   f"got {first!r}")
+        freq = _optional_int(config, "moe_layer_freq", 1, source)
+        moe_layers = sum(1 for i in range(layers) if i >= first and i % freq == 0)
+    if moe_layers == 0:
+        raise ModelConfigError(f"{source} declares {experts} experts but no layer uses them "
+                               "(check decoder_sparse_step, mlp_only_layers, "
+                               "first_k_dense_replace)")
+    return MoESpec(num_experts=experts, experts_per_token=top_k, expert_intermediate_size=width,
+                   num_moe_layers=moe_layers, shared_intermediate_size=shared)
+
+
+def _optional_int(config: Mapping[str, Any], field: str, default: int, source: str) -> int:
+    if config.get(field) is None:
+        return default
+    return _positive_int(config, field, source, "which layers are mixture-of-experts")
 
 
 def model_from_directory(path: str) -> ModelSpec:

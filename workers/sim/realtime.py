@@ -20,7 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from workers.sim.config import EngineConfig, MemoryPlan
-from workers.sim.core import EngineCore, EngineCrashed, SimRequest
+from workers.sim.core import EngineCrashed, SimRequest
+from workers.sim.data_parallel import make_core
 
 log = logging.getLogger("workers.sim")
 
@@ -46,11 +47,11 @@ class RequestHandle:
 
 
 class RealTimeEngine:
-    """Runs an :class:`EngineCore` against the event loop's clock."""
+    """Runs the engine core (or its data-parallel ranks) against the event loop's clock."""
 
     def __init__(self, config: EngineConfig, plan: MemoryPlan | None = None,
                  lag_window: int = 100_000) -> None:
-        self.core = EngineCore(config, plan=plan)
+        self.core = make_core(config, plan=plan)
         self.scale = config.time_scale
         self.handles: dict[str, RequestHandle] = {}
         self.lags: deque[float] = deque(maxlen=lag_window)

@@ -15,10 +15,13 @@ from dataclasses import dataclass
 from workers.sim.catalog import get_gpu, get_model
 from workers.sim.cost_model import HardwareSetup, StepShape
 
-__all__ = ["REFERENCE_CSV", "ReferenceRow", "read_reference", "reference_setup",
-           "reference_shape"]
+__all__ = ["MOE_REFERENCE_CSV", "REFERENCE_CSV", "ReferenceRow", "read_reference",
+           "reference_setup", "reference_shape"]
 
 REFERENCE_CSV = "vllm-step-times.csv"
+MOE_REFERENCE_CSV = "vllm-moe-step-times.csv"
+"""Mixture-of-experts rows, derived by ``benchmarks/make_moe_reference.py`` (its docstring
+says how); the same columns plus ``dp`` and ``ep``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +39,10 @@ class ReferenceRow:
     isl: int
     osl: int
     latency_ms: float
+    dp: int = 1
+    """Data-parallel ranks (the MoE rows' column; 1 where the file has none)."""
+    ep: bool = False
+    """Expert parallelism (the MoE rows' column)."""
 
 
 def read_reference(path: str | os.PathLike[str]) -> list[ReferenceRow]:
@@ -46,7 +53,8 @@ def read_reference(path: str | os.PathLike[str]) -> list[ReferenceRow]:
                 model=r["model"], gpu=r["gpu"], tp=int(r["tp"]), weights=r["weights"],
                 kv_cache=r["kv_cache"], kind=r["kind"], prefill_tokens=int(r["prefill_tokens"]),
                 decode_seqs=int(r["decode_seqs"]), isl=int(r["isl"]), osl=int(r["osl"]),
-                latency_ms=float(r["latency_ms"]),
+                latency_ms=float(r["latency_ms"]), dp=int(r.get("dp") or 1),
+                ep=(r.get("ep") or "0") not in ("0", "false", "False"),
             )
             for r in csv.DictReader(f)
         ]
@@ -58,6 +66,7 @@ def reference_setup(row: ReferenceRow) -> HardwareSetup:
         model=get_model(row.model), gpu=get_gpu(row.gpu), tensor_parallel_size=row.tp,
         weight_format="fp8" if row.weights == "fp8" else "bf16",
         kv_cache_dtype="fp8" if row.kv_cache == "fp8" else "auto",
+        data_parallel_size=row.dp, enable_expert_parallel=row.ep,
     )
 
 

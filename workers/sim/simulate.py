@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 
 from workers.sim.config import EngineConfig, MemoryPlan
-from workers.sim.core import EngineCore, EngineCrashed, SimRequest
+from workers.sim.core import EngineCrashed, SimRequest
 from workers.sim.cost_model import CostModel
+from workers.sim.data_parallel import make_core
 from workers.sim.metrics import EngineStats
 
 
@@ -132,7 +133,7 @@ def simulate(config: EngineConfig, requests: Sequence[SimRequestSpec], *,
     Deterministic: the same config (seed, noise) and requests give identical timings.
     Raises :class:`~workers.sim.core.RequestRejected` for a request vLLM would refuse.
     """
-    core = EngineCore(config, cost_model, lazy_decode=lazy_decode)
+    core = make_core(config, cost_model, lazy_decode=lazy_decode)
     # (arrival, order, spec): arrivals in time order, ties in the order given
     pending = [(spec.arrival_time, i, spec) for i, spec in enumerate(requests)]
     heapq.heapify(pending)

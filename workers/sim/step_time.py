@@ -18,7 +18,7 @@ import sys
 from typing import Any
 
 from workers.sim.catalog import UnknownCatalogEntry, get_gpu, get_model
-from workers.sim.config import EngineConfigError, check_tensor_parallel
+from workers.sim.config import EngineConfigError, check_parallel_layout
 from workers.sim.cost_model import (
     COST_MODELS,
     KV_BYTES,
@@ -45,6 +45,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="GPU type: a100-80g, h100-sxm, h200, l40s, rtx4090 (or an alias), "
                              "or the path of a device file (.yaml/.yml/.json)")
     parser.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
+    parser.add_argument("--data-parallel-size", "-dp", type=int, default=1,
+                        help="engine ranks stepping together (a MoE model's experts span "
+                             "them); the step is one rank's, the group runs DP of them")
+    parser.add_argument("--enable-expert-parallel", action="store_true",
+                        help="whole experts per device instead of every expert sharded")
+    parser.add_argument("--sim-seed", type=int, default=0,
+                        help="draws a MoE model's expert load imbalance (workers.sim.moe)")
     parser.add_argument("--prefill-tokens", type=int, default=0,
                         help="prompt tokens computed this step (one fresh prompt)")
     parser.add_argument("--decode-seqs", type=int, default=0,
@@ -73,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
         "model": setup.model.name,
         "gpu": setup.gpu.name,
         "tensor_parallel_size": setup.tensor_parallel_size,
+        "data_parallel_size": setup.data_parallel_size,
+        "enable_expert_parallel": setup.enable_expert_parallel,
         "weight_format": setup.weight_format,
         "kv_cache_dtype": setup.kv_cache_dtype,
         "enforce_eager": setup.enforce_eager,
@@ -105,7 +114,8 @@ def _build(args: argparse.Namespace) -> tuple[HardwareSetup, StepShape, list[str
     model, gpu = get_model(args.model), get_gpu(args.sim_gpu)
     tp = args.tensor_parallel_size
     try:
-        check_tensor_parallel(model, tp)  # the same check, and words, as the engine's
+        # the same checks, and words, as the engine's
+        check_parallel_layout(model, tp, args.data_parallel_size, args.enable_expert_parallel)
     except EngineConfigError as exc:
         raise BadInput(str(exc)) from None
     if args.quantization is not None and args.quantization not in QUANTIZATIONS:
@@ -127,7 +137,8 @@ def _build(args: argparse.Namespace) -> tuple[HardwareSetup, StepShape, list[str
     setup = HardwareSetup(
         model=model, gpu=gpu, tensor_parallel_size=tp,
         weight_format=args.quantization or "bf16", kv_cache_dtype=args.kv_cache_dtype,
-        enforce_eager=args.enforce_eager,
+        enforce_eager=args.enforce_eager, data_parallel_size=args.data_parallel_size,
+        enable_expert_parallel=args.enable_expert_parallel, seed=args.sim_seed,
     )
     return setup, StepShape.uniform(args.prefill_tokens, args.decode_seqs, args.context_len), notes
 
@@ -136,7 +147,10 @@ def _table(report: dict[str, Any]) -> str:
     shape, parts = report["shape"], report["breakdown_ms"]
     lines = [
         f"model          {report['model']}",
-        f"gpu            {report['gpu']} x {report['tensor_parallel_size']}",
+        f"gpu            {report['gpu']} x {report['tensor_parallel_size']}"
+        + (f" (x {report['data_parallel_size']} data-parallel ranks)"
+           if report["data_parallel_size"] > 1 else "")
+        + ("  expert parallel" if report["enable_expert_parallel"] else ""),
         f"weights / kv   {report['weight_format']} / {report['kv_cache_dtype']}"
         + ("  (enforce-eager)" if report["enforce_eager"] else ""),
         f"step           {shape['prefill_tokens']} prefill tokens, {shape['decode_seqs']} decode "

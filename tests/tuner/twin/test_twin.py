@@ -175,3 +175,19 @@ def test_the_twin_screens_conversations_and_sees_what_prefix_caching_is_worth() 
     cached, uncached = (twin.predict({"enable_prefix_caching": on}) for on in (True, False))
     assert cached.capacity is not None and uncached.capacity is not None
     assert cached.capacity > 1.5 * uncached.capacity
+
+
+def test_the_twin_predicts_mixture_of_experts_layouts_per_gpu() -> None:
+    # The shipped MoE space as a real-engine sweep would run it: the twin reads the same
+    # model facts and layout as the simulated engine, once.
+    space, _, _ = resolve(SweepRequest(space="moe-h100", strategy="twin"))
+    twin = Twin(space)
+    single = twin.predict({"tensor_parallel_size": 1, "data_parallel_size": 1,
+                           "enable_expert_parallel": False}, full=True)
+    wide = twin.predict({"tensor_parallel_size": 1, "data_parallel_size": 4,
+                         "enable_expert_parallel": True}, full=True)
+    assert single.failure is None and wide.failure is None
+    # per GPU: four ranks share one read of the experts per step
+    assert wide.objective > single.objective > 0
+    assert twin.spec({"tensor_parallel_size": 1, "data_parallel_size": 4,
+                      "enable_expert_parallel": True}).gpus == 4

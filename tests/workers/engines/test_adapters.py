@@ -202,6 +202,18 @@ def test_vllm_argv_is_vllm_serve(tmp_path: Path) -> None:
     assert "--tensor-parallel-size=2" in argv
 
 
+def test_data_and_expert_parallel_layouts_are_vllms_flags_and_their_gpus(tmp_path: Path) -> None:
+    spec = make_spec("vllm", knobs={"tensor_parallel_size": 2, "data_parallel_size": 2,
+                                    "enable_expert_parallel": True})
+    argv = make_engine(spec, tmp_path).argv(8123)
+    assert "--data-parallel-size=2" in argv and "--enable-expert-parallel" in argv
+    assert spec.gpus == 4  # one endpoint over two ranks of two GPUs
+    off = make_spec("vllm", knobs={"enable_expert_parallel": False})
+    assert "--no-enable-expert-parallel" in make_engine(off, tmp_path).argv(8123)
+    sim = make_spec("sim", knobs={"data_parallel_size": 2, "enable_expert_parallel": True})
+    assert "--data-parallel-size=2" in make_engine(sim, tmp_path).argv(8123)
+
+
 def test_environment_is_an_allow_list(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "nope")
     monkeypatch.setenv("HF_TOKEN", "hf_x")

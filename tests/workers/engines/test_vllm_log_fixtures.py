@@ -160,6 +160,9 @@ REFUSALS = {
     "refused_spec_draft_model_no_model.log": NO_SPEC_MODEL,
     "refused_gpu_memory_utilization.log":
         "gpu_memory_utilization: Input should be less than or equal to 1 (got 1.5)",
+    "refused_cpu_tensor_parallel_numa.log":
+        "AssertionError: Not enough allowed NUMA nodes to bind threads of 2 local CPUWorkers. "
+        "Allowed NUMA nodes are [0]. Please try to bind threads manually or decrease DP/TP/PP.",
     "refused_max_model_len.log":
         "Value error, User-specified max_model_len (100000) is greater than the derived "
         "max_model_len (max_position_embeddings=2048.0 or model_max_length=None in model's "
@@ -180,6 +183,18 @@ def test_real_refusals_are_invalid_configs_in_vllms_words(name: str) -> None:
     assert EngineAdapter.last_error_line(text) == REFUSALS[name]
     # A refusal is not an out-of-memory, whenever it shows up.
     assert classify_failure(text, during="measure") == "crashed"
+
+
+def test_what_the_cpu_build_does_not_implement_is_a_refusal_in_its_words_when_it_shows() -> None:
+    # Two data-parallel ranks of a MoE model: healthy, then dead at the first request.
+    text = fixture("refused_cpu_moe_data_parallel.log")
+    assert parse_startup_log(text)["kv_cache_tokens"] == 262_144  # it did boot
+    for during in ("startup", "measure"):
+        assert classify_failure(text, during=during) == "invalid_config"
+    # a bare NotImplementedError: the sentence names where vLLM raised it
+    assert EngineAdapter.last_error_line(text) == (
+        "NotImplementedError in all_gatherv "
+        "(vllm/distributed/device_communicators/base_device_communicator.py, line 296)")
 
 
 def test_a_healthy_startup_is_not_classified_as_a_refusal_or_oom() -> None:

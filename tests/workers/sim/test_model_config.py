@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import yaml
 from workers.contracts import SLO, TrialSpec
 from workers.engines.sim import SimEngine
 from workers.loadgen.workload_files import load_workload
+from workers.sim import model_config
 from workers.sim.calibration import load_calibration
 from workers.sim.catalog import GiB, ModelSpec, UnknownCatalogEntry, get_gpu, get_model
 from workers.sim.config import add_engine_arguments, build_config, config_from_args, plan_memory
@@ -186,18 +188,94 @@ def test_a_missing_field_is_refused_naming_it_and_the_file(tmp_path: Path) -> No
     assert "lacks 'intermediate_size'" in (result.failure_message or "")
 
 
-def test_a_mixture_of_experts_config_is_refused(tmp_path: Path) -> None:
-    mixtral = {**MISTRAL_7B, "model_type": "mixtral", "num_local_experts": 8,
-               "num_experts_per_tok": 2}
-    with pytest.raises(ModelConfigError, match="mixture-of-experts models are not modelled yet"):
-        build_config(str(model_dir(tmp_path, mixtral)))
+# --- mixture-of-experts models -----------------------------------------------------------
+
+
+def test_moe_catalogue_models_count_every_expert_resident_and_the_active_ones_per_token() -> None:
+    # Published: Qwen3-30B-A3B "30.5B in total and 3.3B activated" (its model card);
+    # Mixtral 8x7B "46.7B total parameters but only uses 12.9B per token" (Mistral AI).
+    for name, total, active in (("Qwen/Qwen3-30B-A3B", 30.5e9, 3.3e9),
+                                ("mistralai/Mixtral-8x7B-Instruct-v0.1", 46.7e9, 12.9e9)):
+        model = get_model(name)
+        assert model.params == pytest.approx(total, rel=0.003), name
+        assert model.active_params == pytest.approx(active, rel=0.02), name
+    qwen = get_model("Qwen/Qwen3-30B-A3B").moe
+    assert qwen is not None and (qwen.num_experts, qwen.experts_per_token,
+                                 qwen.expert_intermediate_size, qwen.num_moe_layers,
+                                 qwen.shared_intermediate_size) == (128, 8, 768, 48, 0)
+    assert get_model("Qwen/Qwen3-8B").moe is None
+
+
+def get_model_config(name: str) -> dict[str, Any]:
+    """A catalogue model's config.json as the catalogue ships it."""
+    entries = json.loads((Path(model_config.__file__).parent / "models.json").read_text())
+    return next(e["config"] for e in entries["models"] if e["name"] == name)
+
+
+# Qwen1.5-MoE-A2.7B's config.json (Qwen2-MoE: one shared expert of 5632), published 14.3B.
+QWEN2_MOE: dict[str, Any] = {
+    "architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe", "hidden_size": 2048,
+    "num_hidden_layers": 24, "num_attention_heads": 16, "num_key_value_heads": 16,
+    "intermediate_size": 5632, "moe_intermediate_size": 1408,
+    "shared_expert_intermediate_size": 5632, "num_experts": 60, "num_experts_per_tok": 4,
+    "decoder_sparse_step": 1, "mlp_only_layers": [], "vocab_size": 151936,
+    "max_position_embeddings": 8192, "tie_word_embeddings": False,
+}
+# GLM-4.5-Air's config.json: DeepSeek-style expert fields, grouped attention.
+GLM45_AIR: dict[str, Any] = {
+    "architectures": ["Glm4MoeForCausalLM"], "model_type": "glm4_moe", "hidden_size": 4096,
+    "num_hidden_layers": 46, "num_attention_heads": 96, "num_key_value_heads": 8,
+    "head_dim": 128, "attention_bias": True, "intermediate_size": 10944,
+    "moe_intermediate_size": 1408, "n_routed_experts": 128, "n_shared_experts": 1,
+    "num_experts_per_tok": 8, "first_k_dense_replace": 1, "vocab_size": 151552,
+    "max_position_embeddings": 131072, "tie_word_embeddings": False,
+}
+
+
+def test_qwen2_moe_and_deepseek_style_fields_are_read(tmp_path: Path) -> None:
+    qwen2 = get_model(str(model_dir(tmp_path, QWEN2_MOE, "qwen15-moe")))
+    assert qwen2.moe is not None and qwen2.moe.shared_intermediate_size == 5632
+    assert qwen2.params == pytest.approx(14.3e9, rel=0.01)  # its model card's 14.3B
+    assert qwen2.active_params == pytest.approx(2.7e9, rel=0.03)  # "A2.7B"
+    glm = get_model(str(model_dir(tmp_path, GLM45_AIR, "glm-air")))
+    assert glm.moe is not None
+    # the first layer is dense (first_k_dense_replace), the shared expert is one expert wide
+    assert (glm.moe.num_moe_layers, glm.moe.shared_intermediate_size) == (45, 1408)
+    assert glm.params == pytest.approx(106e9, rel=0.03)  # "106B total, 12B active"
+    sparse = get_model(str(model_dir(tmp_path, {**QWEN2_MOE, "decoder_sparse_step": 2,
+                                                "mlp_only_layers": [1]}, "sparse")))
+    # odd layers are MoE (i + 1 divisible by 2), but layer 1 is listed dense
+    assert sparse.moe is not None and sparse.moe.num_moe_layers == 11
+    # transformers 5 saves Qwen3-MoE's experts as num_local_experts: the same model
+    published = {k: v for k, v in get_model_config("Qwen/Qwen3-30B-A3B").items()}
+    saved = {**{k: v for k, v in published.items() if k != "num_experts"},
+             "num_local_experts": published["num_experts"]}
+    assert get_model(str(model_dir(tmp_path, saved, "v5"))).moe == get_model(
+        "Qwen/Qwen3-30B-A3B").moe
+
+
+@pytest.mark.parametrize(("config", "field"), [
+    ({**MISTRAL_7B, "model_type": "mixtral", "num_local_experts": 8}, "num_experts_per_tok"),
+    ({**QWEN2_MOE, "moe_intermediate_size": None}, "moe_intermediate_size"),
+    ({**QWEN2_MOE, "num_experts_per_tok": 61}, "num_experts_per_tok (61) exceeds num_experts"),
+    ({**GLM45_AIR, "model_type": "deepseek_v3", "kv_lora_rank": 512}, "kv_lora_rank"),
+    ({**MISTRAL_7B, "model_type": "gpt_oss", "num_local_experts": 32}, "num_local_experts"),
+    ({**MISTRAL_7B, "num_local_experts": 8}, "model_type 'mistral' is not a mixture-of-experts"),
+    ({**QWEN2_MOE, "decoder_sparse_step": 100}, "no layer uses them"),
+])
+def test_what_cannot_be_modelled_of_a_moe_config_is_refused_naming_the_field(
+        tmp_path: Path, config: dict[str, Any], field: str) -> None:
+    directory = model_dir(tmp_path, config)
+    with pytest.raises(ModelConfigError, match=re.escape(field)):
+        build_config(str(directory))
 
 
 def test_an_unknown_model_type_is_refused_listing_the_supported_ones(tmp_path: Path) -> None:
     with pytest.raises(ModelConfigError) as info:
         get_model(str(model_dir(tmp_path, {**MISTRAL_7B, "model_type": "gpt2"})))
     assert "'gpt2'" in str(info.value)
-    assert "gemma, gemma2, gemma3_text, llama, mistral, qwen2, qwen3" in str(info.value)
+    assert ("gemma, gemma2, gemma3_text, glm4_moe, llama, mistral, mixtral, qwen2, qwen2_moe, "
+            "qwen3, qwen3_moe") in str(info.value)
 
 
 def test_a_directory_without_config_json_is_refused(tmp_path: Path) -> None:

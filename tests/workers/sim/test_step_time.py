@@ -74,6 +74,17 @@ def test_flags_move_the_step_time_the_right_way() -> None:
     assert tp2["breakdown_ms"]["communication"] > 0.0
 
 
+def test_a_moe_layout_is_priced_per_rank_and_reported() -> None:
+    shape = ["--decode-seqs", "64", "--context-len", "1000"]
+    one = run_json("Qwen/Qwen3-30B-A3B", "--sim-gpu", "h100", *shape)
+    ep = run_json("Qwen/Qwen3-30B-A3B", "--sim-gpu", "h100", "-dp", "4",
+                  "--enable-expert-parallel", *shape)
+    assert (ep["data_parallel_size"], ep["enable_expert_parallel"]) == (4, True)
+    # each rank reads a quarter of the experts; the ranks exchange hidden states
+    assert ep["breakdown_ms"]["memory"] < one["breakdown_ms"]["memory"] / 2
+    assert ep["breakdown_ms"]["communication"] > 0 == one["breakdown_ms"]["communication"]
+
+
 def test_fp8_on_a100_runs_weight_only_with_a_note() -> None:
     base = [LLAMA, "--sim-gpu", "a100", "--decode-seqs", "8", "--context-len", "512"]
     fp8 = run_json(*base, "--quantization", "fp8")
@@ -93,6 +104,8 @@ def test_fp8_on_a100_runs_weight_only_with_a_note() -> None:
         ([LLAMA, "--sim-gpu", "h100", "--kv-cache-dtype", "fp4"], "unknown --kv-cache-dtype"),
         ([LLAMA, "--sim-gpu", "h100", "--tensor-parallel-size", "3"], "must be divisible"),
         ([LLAMA, "--sim-gpu", "h100", "--sim-cost-model", "magic"], "unknown cost model"),
+        ([LLAMA, "--sim-gpu", "h100", "-dp", "2", "--enable-expert-parallel"], "has no experts"),
+        (["Qwen/Qwen3-30B-A3B", "--sim-gpu", "h100", "-dp", "5"], "intermediate size (768)"),
         ([LLAMA, "--sim-gpu", "rtx4090", "--decode-seqs", "1", "--context-len", "8",
           "--sim-cost-model", "aiconfigurator"], "aiconfigurator"),
     ],
