@@ -18,7 +18,7 @@ from typer._click import exceptions as click
 
 from tuner.cli_api import api_command
 from tuner.cli_db import db_app
-from tuner.cli_plan import plan_command
+from tuner.cli_plan import frontier_command, plan_command
 from tuner.cli_sweep import best_command, coordinator_command, sweep_app
 from tuner.cli_trace import trace_app
 from tuner.cli_trial import trial_app
@@ -41,6 +41,7 @@ app.add_typer(sweep_app, name="sweep")
 app.command("coordinator")(coordinator_command)
 app.command("best")(best_command)
 app.command("plan")(plan_command)
+app.command("frontier")(frontier_command)
 
 _PASSTHROUGH = {
     "allow_extra_args": True,

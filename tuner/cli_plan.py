@@ -1,4 +1,5 @@
-"""``slotune plan``: how many replicas of which configuration carry N req/s, at what cost.
+"""``slotune plan`` (how many replicas of which configuration carry N req/s, at what
+cost) and ``slotune frontier`` (every probed point of a workload, as CSV or JSON).
 
 The command asks the API's own question (:class:`~tuner.api.schemas.CapacityIn`, so the
 same bounds) and gets the API's own answer (:func:`tuner.api.routes.capacity.answer`:
@@ -29,7 +30,7 @@ from tuner.settings import GPU_PRICE_MAX, get_settings, gpu_price_table
 if TYPE_CHECKING:  # the API's modules load FastAPI: only when the command runs
     from tuner.api.schemas import CapacityOut
 
-__all__ = ["parse_gpu_prices", "plan_command"]
+__all__ = ["frontier_command", "parse_gpu_prices", "plan_command"]
 
 
 def plan_command(
@@ -93,6 +94,64 @@ def plan_command(
     _show(out)
 
 
+def frontier_command(
+    workload: Annotated[str, typer.Option("--workload", "-w", help="The workload.",
+                                          show_default=False)],
+    model: Annotated[str | None, typer.Option(help="Only this model.")] = None,
+    gpu: Annotated[str | None, typer.Option(help="Only this GPU type.")] = None,
+    slo: Annotated[str | None, typer.Option(
+        help="The SLO whose percentile, targets and winner the points are read under, as "
+        "'ttft:300,tpot:50' (default: the one the sweeps used).")] = None,
+    output_format: Annotated[str, typer.Option(
+        "--format", help="csv (one row per probed point) or json (GET "
+        "/api/v1/workloads/NAME/frontier's answer: points, winner, capacity grid).")] = "csv",
+    database_url: Annotated[str | None, typer.Option(
+        "--database-url", help="Database URL (default: DATABASE_URL, else the embedded "
+        "SQLite file).", show_default=False)] = None,
+) -> None:
+    """Interactivity (output tokens/s per user) against output tokens/s per GPU for every
+    configuration and probed rate of a workload, its Pareto frontier and winner.
+
+    Exit codes: 0 written; 1 no capacity sweep of the workload, or the database failed;
+    2 a mistake (an unknown workload, a bad value, several (model, GPU) or SLOs and none
+    named)."""
+    from tuner.api.errors import InvalidInput
+    from tuner.api.params import canonical_slo
+    from tuner.frontier import build_frontier, to_csv
+    from tuner.planner import NothingMeasured, PlanError
+    from tuner.store import NotFound, Store
+
+    if output_format not in ("csv", "json"):
+        raise _fail(f"--format {output_format!r}: valid: csv, json", 2)
+    try:
+        settings = get_settings()
+        key = canonical_slo(slo, ("--slo",))
+    except ValidationError as exc:
+        raise _fail("; ".join(e["msg"].removeprefix("Value error, ")
+                              for e in exc.errors(include_url=False)), 2) from None
+    except InvalidInput as exc:
+        raise _fail(f"--slo {slo!r}: {exc.msg}", 2) from None
+    try:
+        with Store(database_url or settings.database.url) as store:
+            store.check_schema()
+            answer = build_frontier(store, workload=workload, model=model, gpu=gpu, slo=key,
+                                    gpu_prices=settings.planner.prices(None))
+    except NotFound as exc:
+        raise _fail(str(exc), 2) from None
+    except StorageError as exc:
+        raise _fail(str(exc), exit_code(exc)) from None
+    except PlanError as exc:
+        code = 1 if isinstance(exc, NothingMeasured) else 2
+        message = str(exc)
+        for name in ("slo", "model", "gpu"):
+            message = message.replace(f"with {name}", f"with --{name}")
+        raise _fail(message, code) from None
+    if output_format == "json":
+        print(json.dumps(answer.model_dump(mode="json"), indent=2))
+    else:
+        sys.stdout.write(to_csv(answer))
+
+
 _PRICE_FORM = (f"NAME=PRICE, PRICE in USD per GPU-hour (a number from 0 to {GPU_PRICE_MAX:g}), "
                "e.g. --gpu-price h100-sxm=3.0")
 
@@ -145,8 +204,8 @@ def _show(out: CapacityOut) -> None:
         marks = [m for m, on in (("confirmed", o.confirmed), ("[yellow]stale[/]", o.stale))
                  if on]
         table.add_row(o.model, o.gpu, f"{o.replicas} × {o.gpus_per_replica}", str(o.gpus),
-                      _rate(o.per_replica_rps),
-                      "capacity" if o.basis == "capacity" else "goodput (lower bound)",
+                      _rate(o.per_replica_rps), _BASIS_WORDS[o.basis]
+                      + (f" ({o.confidence.level} confidence)" if o.confidence else ""),
                       _money(o.price_per_gpu_hour), _money(o.cost_per_hour),
                       _flags(o.config), ", ".join(str(t) for t in o.trial_ids), " ".join(marks))
     console.print(table)
@@ -154,6 +213,22 @@ def _show(out: CapacityOut) -> None:
         console.print(f"note: {out.basis_note}", highlight=False)
     for note in out.notes:
         console.print(f"note: {note}", highlight=False)
+    if out.confidence is not None:
+        c = out.confidence
+        above = "never broke" if c.bracket[1] is None else f"broke at {_rate(c.bracket[1])}"
+        console.print(
+            f"confidence: {c.level} — passed at {_rate(c.bracket[0])} req/s, {above}; "
+            f"{c.probes} probe(s) decided, {c.unknown_probes} could not be scored, "
+            f"{c.measurements} measurement(s)"
+            + ("" if c.spread is None else f", spread {c.spread:.0%}")
+            + ("" if c.interpolated is None
+               else f"; interpolated between the probes: {_rate(c.interpolated)} req/s "
+                    "(an estimate, not sized on)")
+            + ("" if c.undecided is None else f"; undecided: {c.undecided}"),
+            highlight=False)
+    for r in out.remeasure:
+        console.print(f"re-measure under this SLO: {_flags(r.config)} on {r.gpu} (trials "
+                      f"{', '.join(map(str, r.trial_ids))}): {r.why}", highlight=False)
 
 
 def _sentence(out: CapacityOut) -> str:
@@ -161,12 +236,17 @@ def _sentence(out: CapacityOut) -> str:
     gpus = f"{out.gpus} GPU{'s' if out.gpus != 1 else ''}"
     cost = (f"no price for {out.gpu}" if out.cost_per_hour is None
             else f"{_money(out.cost_per_hour)}/h")
-    basis = ("measured capacity" if out.basis == "capacity"
-             else "a goodput lower bound of")
+    basis = {"capacity": "measured capacity",
+             "rescored_probes": "the stored probes (no sweep measured this SLO), capacity",
+             "goodput_lower_bound": "a goodput lower bound of"}[out.basis]
     config = f"{out.model} with {_flags(out.config)}" if out.config else \
         f"{out.model} with the engine's defaults"
     return (f"{_rate(out.target_rps)} req/s of {out.workload} needs {replicas} ({gpus}, "
             f"{cost}) of {config}, from {basis} {_rate(out.per_replica_rps)} req/s per replica")
+
+
+_BASIS_WORDS = {"capacity": "capacity", "goodput_lower_bound": "goodput (lower bound)",
+                "rescored_probes": "rescored probes"}
 
 
 def _flags(config: dict[str, Any]) -> str:

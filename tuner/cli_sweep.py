@@ -35,6 +35,7 @@ from tuner.executors import ExecutorLost
 from tuner.progress import SweepProgress
 from tuner.settings import default_data_dir, get_settings, redact_url
 from tuner.strategies import DEFAULT_STRATEGY
+from tuner.sweep_log import LOG_FORMATS, SweepLog
 from tuner.sweeps import REQUEST_ERRORS, SweepBudget, SweepRequest, queue_sweep, resolve
 from workers.contracts import SLO
 from workers.engines.vllm import vllm_command
@@ -64,6 +65,11 @@ Gpus = Annotated[int | None, typer.Option(
 Strict = Annotated[bool, typer.Option(
     help="Refuse (exit 2) a space part of which can never be placed on the cluster, "
     "instead of warning and recording those trials infeasible.")]
+LogFormatOption = Annotated[str | None, typer.Option(
+    "--log-format", help="One line per trial start and end and per phase change: 'text' "
+    "or 'json' (one JSON object per line, for log shippers). Default: 'text' when stdout "
+    "is not a terminal (a file, a pipe, a service's journal), the progress bar on one.",
+    show_default=False)]
 AllowLossy = Annotated[bool, typer.Option(
     help="Let lossy knob values (weight quantisation, fp8 KV, …) score without the quality "
     "check they must otherwise pass first; the report says they were not checked.")]
@@ -171,8 +177,22 @@ def _best_table(rows: list[BestConfig], title: str) -> Table:
     return table
 
 
+def _sweep_log(log_format: str | None, *, always: bool = False) -> SweepLog | None:
+    """The line log to write to stdout: asked for by name, or stdout is not a terminal
+    (rich's bar draws only on one), or ``always`` (the coordinator has no bar). None: the
+    bar. A format that does not exist is a usage mistake (exit 2)."""
+    if log_format is not None and log_format not in LOG_FORMATS:
+        raise _fail(f"--log-format {log_format!r}: valid: {', '.join(LOG_FORMATS)}", 2)
+    if log_format is None and sys.stdout.isatty() and not always:
+        return None
+    return SweepLog(sys.stdout, "json" if log_format == "json" else "text")
+
+
 def _run_with_progress(coordinator: Any, sweep: SweepRecord, console: Console, *,
                        takeover: bool = False) -> SweepRecord:
+    if coordinator.sweep_log is not None:  # lines instead of a bar
+        return coordinator.run_sweep(  # type: ignore[no-any-return]
+            sweep.id, takeover=takeover)
     columns = (TextColumn("[bold]sweep {task.fields[sweep]}[/] {task.fields[phase]}"),
                BarColumn(), TaskProgressColumn(),
                TextColumn("ok {task.fields[ok]} · running {task.fields[running]} · failed "
@@ -198,7 +218,9 @@ def _run_with_progress(coordinator: Any, sweep: SweepRecord, console: Console, *
 
 
 def _finish(store: Any, sweep: SweepRecord, console: Console,
-            report_dir: Path | None) -> int:
+            report_dir: Path | None, sweep_log: SweepLog | None = None) -> int:
+    if sweep_log is not None and sweep_log.fmt == "json":
+        return _finish_json(store, sweep, report_dir, sweep_log)
     from tuner.report import ReportPathError, ReportWriteError
 
     rows = [r for r in store.best_config_per_workload()
@@ -232,6 +254,33 @@ def _finish(store: Any, sweep: SweepRecord, console: Console,
         report = None
     if report:
         console.print(f"report: {report}")
+    return 0 if progress.best_objective else 3
+
+
+def _finish_json(store: Any, sweep: SweepRecord, report_dir: Path | None,
+                 sweep_log: SweepLog) -> int:
+    """The end of a sweep as one JSON line (``--log-format json``): what the table, the
+    winner's command, the answer and the report's path say on a terminal."""
+    from tuner.report import ReportPathError, ReportWriteError
+
+    progress = SweepProgress.of(sweep.progress)
+    fields: dict[str, Any] = {"sweep": sweep.id, "status": sweep.status,
+                              "stop_reason": sweep.stop_reason,
+                              "best_objective": progress.best_objective,
+                              "best_trial_id": progress.best_trial_id}
+    text = f"sweep {sweep.id} {sweep.status}: {sweep.stop_reason or ''}"
+    if progress.best_trial_id is not None and progress.best_objective:
+        trial = store.get_trial(progress.best_trial_id)
+        fields["vllm_command"] = vllm_command(sweep.model, trial.config)
+        answer = sweep_answer(store, sweep)
+        fields["answer"] = answer.sentence if answer is not None else None
+    else:
+        fields["unconfirmed"] = progress.unconfirmed
+    try:
+        fields["report"] = str(_write_report(store, sweep.id, report_dir))
+    except (ReportPathError, ReportWriteError) as exc:
+        fields["report_error"] = str(exc)
+    sweep_log.message("sweep_finished", text, **fields)
     return 0 if progress.best_objective else 3
 
 
@@ -282,8 +331,10 @@ def run(
     strict: Strict = False,
     database_url: DatabaseUrl = None,
     report_dir: Annotated[Path | None, typer.Option(help="Where to write the report.")] = None,
+    log_format: LogFormatOption = None,
 ) -> None:
     """Run a sweep in the foreground and print the winner."""
+    sweep_log = _sweep_log(log_format)
     try:
         request = SweepRequest(
             space=space, strategy=strategy, workload=workload, slo=slo, mode=mode,
@@ -317,21 +368,35 @@ def run(
         except REQUEST_ERRORS as exc:
             raise _fail(reason(exc), 2) from None
         console = make_console()
-        console.print(f"sweep {sweep.id}: space {space}, strategy {strategy}, {trials} "
-                      f"trials, database {redact_url(url)}, executor {executor}")
-        final = _run(store, url, sweep, runner, console, coordinator_id=me)
+        _say(console, sweep_log, "sweep_started",
+             f"sweep {sweep.id}: space {space}, strategy {strategy}, {trials} trials, "
+             f"database {redact_url(url)}, executor {executor}", sweep=sweep.id, space=space,
+             strategy=strategy, trials=trials, executor=executor)
+        final = _run(store, url, sweep, runner, console, coordinator_id=me,
+                     sweep_log=sweep_log)
     finally:
         runner.shutdown()
-    raise typer.Exit(_finish(store, final, console, report_dir))
+    raise typer.Exit(_finish(store, final, console, report_dir, sweep_log))
+
+
+def _say(console: Console, sweep_log: SweepLog | None, event: str, text: str,
+         **fields: Any) -> None:
+    """A start-up line: in the log's format where there is a log, else on the console."""
+    if sweep_log is not None:
+        sweep_log.message(event, text, **fields)
+    else:
+        console.print(text)
 
 
 def _run(store: Any, url: str, sweep: SweepRecord, runner: Any, console: Console, *,
-         takeover: bool = False, coordinator_id: str | None = None) -> SweepRecord:
+         takeover: bool = False, coordinator_id: str | None = None,
+         sweep_log: SweepLog | None = None) -> SweepRecord:
     from tuner.coordinator import Coordinator
 
     try:
         return _run_with_progress(Coordinator(store, runner, database_url=url,
-                                              coordinator_id=coordinator_id), sweep, console,
+                                              coordinator_id=coordinator_id,
+                                              sweep_log=sweep_log), sweep, console,
                                   takeover=takeover)
     except Conflict as exc:
         raise _fail(str(exc), exit_code(exc)) from None
@@ -420,8 +485,10 @@ def resume(
         False,
     database_url: DatabaseUrl = None,
     report_dir: Annotated[Path | None, typer.Option(help="Where to write the report.")] = None,
+    log_format: LogFormatOption = None,
 ) -> None:
     """Continue a sweep whose coordinator stopped or died (nothing lost, nothing repeated)."""
+    sweep_log = _sweep_log(log_format)
     _check_report_dir(report_dir)
     store, url = _store(database_url)
     try:
@@ -435,12 +502,14 @@ def resume(
 
     kind, gpus, said = _resume_executor(sweep, executor, gpus)
     runner = _executor(kind, gpus, stored_space(sweep.space))
-    console.print(f"sweep {sweep.id}: resumes on {runner.choice().describe()}{said}")
+    _say(console, sweep_log, "sweep_resumed",
+         f"sweep {sweep.id}: resumes on {runner.choice().describe()}{said}", sweep=sweep.id)
     try:
-        final = _run(store, url, sweep, runner, console, takeover=takeover)
+        final = _run(store, url, sweep, runner, console, takeover=takeover,
+                     sweep_log=sweep_log)
     finally:
         runner.shutdown()
-    raise typer.Exit(_finish(store, final, console, report_dir))
+    raise typer.Exit(_finish(store, final, console, report_dir, sweep_log))
 
 
 @sweep_app.command("cancel")
@@ -492,8 +561,10 @@ def coordinator_command(
         "exit 1 (default: wait as long as it takes, as mid-run).", min=0,
         show_default=False)] = None,
     database_url: DatabaseUrl = None,
+    log_format: LogFormatOption = None,
 ) -> None:
-    """Run queued sweeps (several at once, sharing the GPUs) until stopped."""
+    """Run queued sweeps (several at once, sharing the GPUs) until stopped; one line per
+    trial start and end and per phase on stdout (``--log-format json``: JSON lines)."""
     from tuner.coordinator import Coordinator
     from tuner.store import Store
 
@@ -502,10 +573,14 @@ def coordinator_command(
         store = Store(url)  # no connection yet: serving waits for the database
     except StorageError as exc:
         raise _fail(str(exc), exit_code(exc)) from None
+    sweep_log = _sweep_log(log_format, always=True)
+    assert sweep_log is not None  # always: the coordinator has no bar
     runner = _executor(executor, gpus)
-    coordinator = Coordinator(store, runner, database_url=url)
-    print(f"{coordinator.coordinator_id}: serving sweeps from {redact_url(url)} "
-          f"on {runner.gpu_count()} GPUs", flush=True)
+    coordinator = Coordinator(store, runner, database_url=url, sweep_log=sweep_log)
+    sweep_log.message("coordinator_started",
+                      f"{coordinator.coordinator_id}: serving sweeps from {redact_url(url)} "
+                      f"on {runner.gpu_count()} GPUs", coordinator=coordinator.coordinator_id,
+                      gpus=runner.gpu_count())
     try:
         coordinator.serve(poll_s=poll, once=once, start_wait_s=database_wait)
     except StorageError as exc:

@@ -39,6 +39,8 @@ Slot = tuple[int, int]
 SpecFor = Callable[[int, int, int], TrialSpec]
 """The spec of candidate ``i``'s repeat ``r``, attempt ``a`` (from 1)."""
 Record = Callable[[Slot, int, TrialSpec, TrialResult], None]
+Started = Callable[[Slot, int], None]
+"""Told each attempt (slot, attempt number) as it is handed to the launcher (the log)."""
 """Called with (slot, attempt, spec, result) for every attempt that ends."""
 
 POLL_S = 2.0
@@ -127,6 +129,7 @@ class ConfirmationPhase:
     spec_for: SpecFor
     repeats: int
     record: Record = lambda slot, attempt, spec, result: None
+    started: Started = lambda slot, attempt: None
     done: Mapping[Slot, TrialResult] = field(default_factory=dict)
     """Repeats that ran before (a resumed sweep): their results stand."""
     attempts: Mapping[Slot, int] = field(default_factory=dict)
@@ -157,6 +160,7 @@ class ConfirmationPhase:
                 if not self.launcher.reserve(spec):
                     break
                 self.launcher.submit(spec, slot)
+                self.started(slot, self._attempts[slot])
                 queue.pop(0)
                 del specs[slot]
             if not len(self.launcher):
@@ -171,6 +175,7 @@ class ConfirmationPhase:
                 if retry is not None:
                     # As in the search: it says nothing about the configuration.
                     self.launcher.resubmit(self._next_attempt(slot), slot)
+                    self.started(slot, self._attempts[slot])
                     continue
                 runs[slot] = result
         return self._outcome(candidates, runs)

@@ -61,6 +61,7 @@ from tuner.strategies import (
     unplaceable_result,
 )
 from tuner.study import sweep_study
+from tuner.sweep_log import SweepLog, config_delta
 from tuner.sweeps import SweepBudget, stored_space
 from tuner.twin.calibrations import warm_start
 from workers.contracts import KnobValue, TrialResult, TrialSpec, replica_gpus
@@ -131,7 +132,8 @@ class SweepRunner:
 
     def __init__(self, store: Store, sweep: SweepRecord, executor: TrialExecutor, *,
                  coordinator_id: str, database_url: str, share: GpuShare | None = None,
-                 on_progress: ProgressFn | None = None) -> None:
+                 on_progress: ProgressFn | None = None,
+                 sweep_log: SweepLog | None = None) -> None:
         if sweep.lease is None:
             raise ValueError(f"sweep {sweep.id} is not claimed: claim it before running it")
         self.store = store
@@ -145,7 +147,11 @@ class SweepRunner:
             executor, self.share, sweep.id)
         """The search's trials (and quality baselines) in flight."""
         self.on_progress = on_progress
+        self.sweep_log = sweep_log
+        """One line per trial start and end and per phase (files and log shippers)."""
+        self._logged_phase: Phase | None = None
         self.space: SearchSpace = stored_space(sweep.space)
+        self._defaults = self.space.defaults()
         budget = dict(sweep.budget)
         self.seed = int(budget.pop("seed", 0))
         self.budget = Budget(SweepBudget.model_validate(budget))
@@ -219,6 +225,7 @@ class SweepRunner:
         self.share.join(self.sweep.id)
         try:
             self._resume()
+            self._say_phase(self.progress(phase="search"))
             stop = self._search()
             if not self.cancelled:
                 self._progress(phase="confirm", stop_reason=stop)
@@ -228,10 +235,11 @@ class SweepRunner:
             if self.cancelled:
                 self._progress(phase="cancelled", stop_reason=stop)
                 return self.store.get_sweep(self.sweep.id)
-            return self.store.update_sweep(self.sweep.id, status="done", stop_reason=stop,
-                                           progress=self.progress(
-                                               phase="done", stop_reason=stop).stored(),
-                                           lease=self.lease)
+            done = self.progress(phase="done", stop_reason=stop)
+            final = self.store.update_sweep(self.sweep.id, status="done", stop_reason=stop,
+                                            progress=done.stored(), lease=self.lease)
+            self._say_phase(done)
+            return final
         except LeaseLost as exc:
             self._fenced_out(exc)
             return self.store.get_sweep(self.sweep.id)
@@ -403,13 +411,17 @@ class SweepRunner:
     def _start_trial(self, proposal: Proposal, spec: TrialSpec | None, *,
                      attempt: int) -> TrialRecord:
         try:
-            return self.store.start_trial(self.sweep.id, number=proposal.number,
-                                          params=proposal.params, spec=spec, attempt=attempt,
-                                          worker=self.coordinator_id, lease=self.lease)
+            row = self.store.start_trial(self.sweep.id, number=proposal.number,
+                                         params=proposal.params, spec=spec, attempt=attempt,
+                                         worker=self.coordinator_id, lease=self.lease)
         except LeaseLost:
             if attempt == 1:  # asked but never recorded: Optuna must not keep it RUNNING
                 self.strategy.withdraw(proposal)
             raise
+        if self.sweep_log is not None:
+            self.sweep_log.trial_started(self.sweep.id, proposal.number,
+                                         self._delta(proposal.params), attempt=attempt)
+        return row
 
     def _finished(self, launched: Launched[_Attempt | _Baseline], result: TrialResult) -> None:
         run, gpus = launched.tag, launched.spec.gpus
@@ -419,6 +431,10 @@ class SweepRunner:
         retry = retry_as(result, run.row.attempt)
         if retry is not None:
             # Says nothing about the configuration: record this attempt, run it again.
+            if self.sweep_log is not None:
+                self.sweep_log.trial_ended(self.sweep.id, run.proposal.number,
+                                           self._delta(run.proposal.params), retry, None,
+                                           attempt=run.row.attempt, retried=True)
             self.gpu_hours += gpu_hours(retry, gpus)
             self._outbox.add(
                 lambda: self.store.finish_trial(run.row.id, retry, lease=self.lease),
@@ -463,7 +479,12 @@ class SweepRunner:
             self._unrecorded -= 1
             self._account(stored[0], result, gpus)
             self._sync_cards()
-            self._progress(phase="search")
+            progress = self._progress(phase="search")
+            if self.sweep_log is not None:
+                self.sweep_log.trial_ended(self.sweep.id, proposal.number,
+                                           self._delta(proposal.params), result, progress,
+                                           best_trial=self._best_number(),
+                                           attempt=row.attempt)
 
         self._outbox.add(
             lambda: stored.append(self.store.finish_trial(row.id, result, lease=self.lease)),
@@ -552,6 +573,11 @@ class SweepRunner:
 
         def record(slot: Slot, attempt: int, spec: TrialSpec, result: TrialResult) -> None:
             row = top[slot[0]]
+            if self.sweep_log is not None:
+                self.sweep_log.trial_ended(
+                    self.sweep.id, row.number, self._delta(row.params), result, None,
+                    attempt=attempt, repeat=slot[1] + 1,
+                    retried=retry_as(result, attempt) is not None)
             self._outbox.add(lambda: self.store.record_trial(
                 self.sweep.id, role="repeat", number=row.number, repeat=slot[1] + 1,
                 repeat_of=row.id, attempt=attempt, params=row.params, spec=spec,
@@ -562,10 +588,17 @@ class SweepRunner:
         done, attempts = self._stored_repeats(top)
         for (i, _), result in done.items():
             self.strategy.observe_repeat(top[i].params, result)
+        def started(slot: Slot, attempt: int) -> None:
+            if self.sweep_log is not None:  # handed to the launcher: its GPUs are held
+                row = top[slot[0]]
+                self.sweep_log.trial_started(self.sweep.id, row.number,
+                                             self._delta(row.params), attempt=attempt,
+                                             repeat=slot[1] + 1)
+
         phase = ConfirmationPhase(TrialLauncher(self.executor, self.share, self.sweep.id),
                                   lambda i, r, a: self._repeat_spec(top[i], r, a, found[i]),
-                                  repeats=limits.confirm_repeats, record=record, done=done,
-                                  attempts=attempts)
+                                  repeats=limits.confirm_repeats, record=record,
+                                  started=started, done=done, attempts=attempts)
         try:
             outcome = phase.run([row.params for row in top], keep_going=self._beat)
         finally:
@@ -705,21 +738,41 @@ class SweepRunner:
                      else None),
         })
 
-    def _progress(self, *, phase: Phase, stop_reason: str | None = None) -> None:
-        progress = self.progress(phase=phase, stop_reason=stop_reason).stored()
+    def _progress(self, *, phase: Phase, stop_reason: str | None = None
+                  ) -> SweepProgress | None:
+        """Store and publish the progress; the progress, None when the lease is lost."""
+        typed = self.progress(phase=phase, stop_reason=stop_reason)
+        progress = typed.stored()
         if self.lease_lost:
-            return
+            return None
         try:
             self.store.update_sweep(self.sweep.id, progress=progress, lease=self.lease)
         except LeaseLost as exc:
             self._fenced_out(exc)
-            return
+            return None
         except Conflict:
             self.cancelled = True
         except TRANSIENT_STORAGE_ERRORS as exc:
             self._note_outage(exc)  # progress is rewritten whole at the next update
         if self.on_progress is not None:
             self.on_progress(progress)
+        self._say_phase(typed)
+        return typed
+
+    def _say_phase(self, progress: SweepProgress) -> None:
+        """One log line when the phase changes (search, confirm, done, cancelled)."""
+        if self.sweep_log is not None and progress.phase != self._logged_phase:
+            self._logged_phase = progress.phase
+            self.sweep_log.phase(self.sweep.id, progress)
+
+    def _delta(self, params: dict[str, KnobValue]) -> dict[str, KnobValue]:
+        return config_delta(params, self._defaults)
+
+    def _best_number(self) -> int | None:
+        """The trial number (not the row id) of the best result so far."""
+        if self.best is None:
+            return None
+        return next((row.number for row, _ in self.results if row.id == self.best[1]), None)
 
     def _abandon(self, reason: str = "coordinator stopped; resume it") -> None:
         """An error or an interrupt in this process: stop its trials, leave it resumable."""
@@ -742,8 +795,11 @@ class Coordinator:
     """Claims queued sweeps from the database and runs them, several at once."""
 
     def __init__(self, store: Store, executor: TrialExecutor, *, database_url: str,
-                 coordinator_id: str | None = None, max_sweeps: int = 4) -> None:
+                 coordinator_id: str | None = None, max_sweeps: int = 4,
+                 sweep_log: SweepLog | None = None) -> None:
         self.store = store
+        self.sweep_log = sweep_log
+        """Where every sweep this coordinator runs logs its trials and phases."""
         self.executor = executor
         self.database_url = database_url
         self.coordinator_id = coordinator_id or new_coordinator_id()
@@ -787,7 +843,7 @@ class Coordinator:
         runner = SweepRunner(self.store, sweep, self.executor,
                              coordinator_id=self.coordinator_id,
                              database_url=self.database_url, share=self.share,
-                             on_progress=on_progress)
+                             on_progress=on_progress, sweep_log=self.sweep_log)
         final = runner.run()
         if runner.lease_lost:
             raise LeaseLost(f"sweep {sweep_id} was taken over by {final.claimed_by} while "
@@ -879,7 +935,8 @@ class Coordinator:
             try:
                 runner = SweepRunner(self.store, sweep, self.executor,
                                      coordinator_id=self.coordinator_id,
-                                     database_url=self.database_url, share=self.share)
+                                     database_url=self.database_url, share=self.share,
+                                     sweep_log=self.sweep_log)
             except TRANSIENT_STORAGE_ERRORS:
                 raise  # claimed but not started: it goes stale and is claimed again
             except Exception as exc:  # a sweep that can never start must not stop the rest

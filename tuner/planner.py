@@ -12,7 +12,13 @@ per-replica rate is, by basis:
 * **goodput lower bound** — a goodput-mode trial only knows the goodput it reached at the
   workload's own rate. A replica that served that much within the SLO can serve at least
   that much, so the goodput is a *lower bound* on its capacity and the plan may
-  over-provision. It is used only for a (model, GPU) without any capacity measurement.
+  over-provision. It is used only for a (model, GPU) without any capacity measurement;
+* **rescored probes** — no sweep measured the SLO asked for, but capacity trials under
+  other SLOs kept their probes' percentiles: each trial's capacity under the new SLO is
+  read off them (:mod:`tuner.rescore`: the highest probed rate whose gate holds), with how
+  sure that is (``confidence``). Configurations whose probes cannot decide and that could
+  beat the answer are named in ``remeasure``. The best-config view keeps its own rule (a
+  row is a measurement that met its own SLO); these answers are the planner's only.
 
 Every measured configuration is a candidate: each (model, GPU, configuration) once, at
 the lowest rate its measurements (repeats included) reached, so a lucky run does not size
@@ -36,8 +42,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from tuner.db.records import SweepRecord, TrialRecord
+from tuner.rescore import Confidence, TrialCapacity, combine, trial_capacity
 from tuner.store import Store
-from workers.contracts import replica_gpus
+from workers.contracts import SLO, TrialResult, replica_gpus
 from workers.engines.vllm import vllm_command
 
 __all__ = [
@@ -48,12 +55,13 @@ __all__ = [
     "CapacityPlan",
     "NothingMeasured",
     "PlanError",
+    "Remeasure",
     "SloNeverMet",
     "plan_capacity",
     "replicas_for",
 ]
 
-Basis = Literal["capacity", "goodput_lower_bound"]
+Basis = Literal["capacity", "goodput_lower_bound", "rescored_probes"]
 
 _BASIS_NOTES: dict[Basis, str] = {
     "capacity": "per-replica capacity measured in capacity mode: the highest request rate "
@@ -62,6 +70,11 @@ _BASIS_NOTES: dict[Basis, str] = {
                            "the goodput reached at the workload's own rate is a lower bound "
                            "on per-replica capacity, so this plan may over-provision; run a "
                            "capacity-mode sweep (mode: capacity) for a tight answer",
+    "rescored_probes": "no sweep measured this SLO: each configuration's per-replica "
+                       "capacity is read off the probes that capacity sweeps under other "
+                       "SLOs stored — the highest probed rate at which this SLO's gate holds "
+                       "on the stored percentiles, below the lowest rate at which it breaks "
+                       "(no new measurement); confidence says how sure each is",
 }
 
 
@@ -107,6 +120,25 @@ class CapacityOption(BaseModel):
     confirmed: bool
     """Any of its measurements was confirmed."""
     stale: str | None = None
+    confidence: Confidence | None = None
+    """``rescored_probes``: how sure the rescored capacity is (None otherwise)."""
+
+
+class Remeasure(BaseModel):
+    """A configuration whose stored probes cannot decide its capacity under the SLO asked
+    for, and which could carry more per GPU than the answer: worth measuring under it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model: str
+    gpu: str
+    config: dict[str, Any]
+    trial_ids: list[int]
+    why: str
+    at_least_rps: float | None
+    """What its probes show it carries per replica (None: nothing decided)."""
+    below_rps: float | None
+    """The lowest probed rate that breaks the SLO (None: none did, or none decided)."""
 
 
 class CapacityPlan(BaseModel):
@@ -150,6 +182,11 @@ class CapacityPlan(BaseModel):
     """The cheapest plan per (model, GPU), cheapest first; the chosen plan is the first."""
     notes: list[str] = []
     """What to know before sizing on it: staleness, unpriced GPUs, other SLOs."""
+    confidence: Confidence | None = None
+    """``rescored_probes``: how sure the plan's per-replica rate is."""
+    remeasure: list[Remeasure] = []
+    """``rescored_probes``: configurations whose probes cannot decide and that could beat
+    this plan per GPU — measure them under this SLO (a sweep) before trusting the ranking."""
 
 
 DEFAULT_HEADROOM = 0.2
@@ -178,6 +215,8 @@ class _Measurement:
     trial: TrialRecord
     basis: Basis
     per_replica: float
+    rescored: TrialCapacity | None = None
+    """``rescored_probes``: what the trial's probes say under the SLO asked for."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,14 +261,33 @@ def plan_capacity(
              if t.objective is not None and t.role != "baseline"]
     measured = [m for m in every if slo is None or m.sweep.slo_key == slo]
     others = sorted({m.sweep.slo_key for m in every} - {slo}) if slo is not None else []
+    undecided: list[Remeasure] = []
+    cannot = ""
+    if not measured and slo is not None:
+        # No sweep measured this SLO: read it off the probes sweeps under others stored.
+        rescored_ones, undecided = _rescored(every, SLO.model_validate_json(slo))
+        if rescored_ones and not [m for m in rescored_ones if m.per_replica > 0]:
+            why = (f"no configuration holds SLO {slo} at any probed rate, by the probes "
+                   f"stored under {_slo_list(others)}")
+            if undecided:
+                raise NothingMeasured(
+                    f"{why}; the probes of {len(undecided)} configuration(s) cannot decide "
+                    f"(e.g. {undecided[0].why}): measure {asked} under that SLO")
+            raise SloNeverMet(why)
+        measured = rescored_ones
+        if undecided and not measured:
+            cannot = f"; its stored probes cannot answer it ({undecided[0].why})"
     if not measured:
         if others:
             raise NothingMeasured(
                 f"nothing measured yet for {asked}: no finished trial under that SLO; it was "
                 f"measured under {_slo_list(others)}: name {'it' if len(others) == 1 else 'one'} "
-                "with slo")
+                f"with slo{cannot}")
         raise NothingMeasured(f"nothing measured yet for {asked}: no finished trial")
-    slos = sorted({m.sweep.slo_key for m in measured})
+    rescored = any(m.basis == "rescored_probes" for m in measured)
+    # Rescored measurements keep their own sweeps' SLOs: the answer is under the one asked.
+    slos = [slo] if rescored and slo is not None else sorted({m.sweep.slo_key
+                                                               for m in measured})
     if len(slos) > 1:
         raise AmbiguousSlo(f"{asked} was measured under {len(slos)} SLOs ({'; '.join(slos)}); "
                            "name one with slo")
@@ -249,12 +307,22 @@ def plan_capacity(
     chosen = ranked[0]
     rep = next(m for c in candidates for m in c.measurements
                if m.trial.id == chosen.trial_ids[0])
+    remeasure = _worth_remeasuring(undecided, chosen) if rescored else []
+    notes = _notes(chosen, ranked, [] if rescored else others)
+    if rescored:
+        notes.insert(0, f"No sweep measured the SLO {SLO.model_validate_json(slo or '{}')}: "
+                        "answered from the probes stored under "
+                        + ", ".join(str(SLO.model_validate_json(o)) for o in others)
+                        + ", without a new measurement.")
+        if remeasure:
+            notes.append(f"{len(remeasure)} configuration(s) could carry more per GPU but "
+                         "their probes cannot decide under this SLO: see remeasure.")
     return CapacityPlan(
-        workload=rep.sweep.workload, slo=rep.sweep.slo_key, target_rps=target_rps,
-        headroom=headroom, **chosen.model_dump(),
+        workload=rep.sweep.workload, slo=slo if rescored and slo else rep.sweep.slo_key,
+        target_rps=target_rps, headroom=headroom, **chosen.model_dump(),
         basis_note=_BASIS_NOTES[chosen.basis], sweep_id=rep.sweep.id,
         measured_at=rep.trial.finished_at, engine_version=rep.trial.engine_version,
-        options=ranked, notes=_notes(chosen, ranked, others),
+        options=ranked, notes=notes, remeasure=remeasure,
     )
 
 
@@ -271,16 +339,64 @@ def _measurement(sweep: SweepRecord, trial: TrialRecord) -> _Measurement:
                         per_replica=objective)
 
 
+def _rescored(every: Sequence[_Measurement], slo: SLO
+              ) -> tuple[list[_Measurement], list[Remeasure]]:
+    """Every capacity measurement with probes, its capacity read off them under ``slo``;
+    and the configurations whose measurements cannot decide.
+
+    A configuration's measurements (search run, repeats) stand together, as
+    :func:`tuner.rescore.combine` takes them (the frontier's grid too): when one of them
+    breaks the SLO at its lowest probed rate, the configuration carries less than that on
+    a re-run, and every measurement of it counts 0 — not a candidate."""
+    groups: dict[tuple[str, str, str], list[tuple[_Measurement, TrialCapacity]]] = {}
+    for m in every:
+        if m.basis != "capacity" or not m.trial.result:
+            continue
+        result = TrialResult.model_validate(m.trial.result)
+        if not result.capacity_probes:
+            continue
+        spec = m.trial.spec or {}
+        found = trial_capacity(result, slo, own_slo=SLO.model_validate(m.sweep.slo),
+                               max_error_rate=float(spec.get("max_error_rate", 0.05)))
+        key = (m.sweep.model, m.sweep.gpu, _config_key(m.trial.config))
+        groups.setdefault(key, []).append((m, found))
+    out: list[_Measurement] = []
+    undecided = []
+    for (model, gpu, _), items in groups.items():
+        capacity, confidence = combine([found for _, found in items])
+        out += [_Measurement(sweep=m.sweep, trial=m.trial, basis="rescored_probes",
+                             per_replica=found.capacity if capacity else 0.0, rescored=found)
+                for m, found in items if found.capacity is not None]
+        if confidence.undecided is not None:
+            undecided.append(Remeasure(
+                model=model, gpu=gpu, config=dict(items[0][0].trial.config),
+                trial_ids=sorted(m.trial.id for m, _ in items), why=confidence.undecided,
+                at_least_rps=capacity, below_rps=confidence.bracket[1]))
+    return out, undecided
+
+
+def _worth_remeasuring(undecided: Sequence[Remeasure], chosen: CapacityOption
+                       ) -> list[Remeasure]:
+    """The undecided configurations that could carry more per GPU than the answer: their
+    lowest failing rate (if any) is above what the answer carries per GPU."""
+    per_gpu = chosen.per_replica_rps / chosen.gpus_per_replica
+    worth = [r for r in undecided if r.gpu == chosen.gpu and r.model == chosen.model
+             and (r.below_rps is None or r.below_rps / replica_gpus(r.config) > per_gpu)]
+    return sorted(worth, key=lambda r: -(r.at_least_rps or 0.0) / replica_gpus(r.config))[:5]
+
+
 def _candidates(feasible: Iterable[_Measurement]) -> list[_Candidate]:
     """One candidate per (model, GPU, configuration), from that (model, GPU)'s best basis:
-    capacity where it has any capacity measurement, else the goodput lower bound."""
+    capacity where it has any capacity measurement, else the probes rescored under the
+    SLO asked for, else the goodput lower bound."""
     by_group: dict[tuple[str, str], list[_Measurement]] = {}
     for m in feasible:
         by_group.setdefault((m.sweep.model, m.sweep.gpu), []).append(m)
     candidates = []
     for group in by_group.values():
-        basis: Basis = ("capacity" if any(m.basis == "capacity" for m in group)
-                        else "goodput_lower_bound")
+        present = {m.basis for m in group}
+        basis: Basis = next(b for b in ("capacity", "rescored_probes", "goodput_lower_bound")
+                            if b in present)
         by_config: dict[str, list[_Measurement]] = {}
         for m in group:
             if m.basis == basis:
@@ -310,6 +426,8 @@ def _option(candidate: _Candidate, target_rps: float, headroom: float, price: fl
         trial_ids=[rep.trial.id, *others],
         confirmed=any(m.trial.confirmed for m in candidate.measurements),
         stale=_staleness(rep.trial, newest.trial),
+        confidence=None if rep.rescored is None else combine(
+            [m.rescored for m in candidate.measurements if m.rescored is not None])[1],
     )
 
 

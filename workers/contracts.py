@@ -837,6 +837,32 @@ class CapacityProbe(_Strict):
     medians_ms: dict[str, float] = Field(default_factory=dict)
     """Median TTFT and TPOT (ms) of the probe's completed requests. Smooth in the engine's
     speed where a short probe's p99 is one request's luck: the twin fits both."""
+    # What the probe measured, kept so any SLO of the same percentile family can be scored
+    # from the stored probes later (tuner.rescore). Rows stored before these fields have
+    # none of them (None / empty): they read as before and rescore as "not measured".
+    percentiles_ms: dict[str, dict[str, float | None]] = Field(default_factory=dict)
+    """Metric (``ttft``, ``tpot``, ``itl``, ``e2el``) → ``"p50"``, ``"p90"``, ``"p95"``,
+    ``"p99"``, ``"p99.9"`` (and the SLO's own percentile) → ms, over the values the gate
+    reads: a failed request counts as infinitely slow, written null (the gate breaks)."""
+    num_requests: int | None = None
+    failed_requests: int | None = None
+    """Requests that errored (the error budget, ``max_error_rate``, is over these)."""
+    duration_s: float | None = None
+    request_throughput: float | None = None
+    """Completed requests per second (engine time)."""
+    output_throughput: float | None = None
+    """Output tokens per second of the completed requests (the whole replica)."""
+    total_token_throughput: float | None = None
+    """Prompt + output tokens per second of the completed requests."""
+    send_lag_p99_ms: float | None = None
+    """How late the client sent its requests (p99, engine ms): a client that fell behind
+    distorts what the probe measured."""
+    client_bound: bool | None = None
+    early_abort: str | None = None
+    """Why the probe stopped measuring early (its own SLO could no longer hold); its
+    percentiles then cover only the requests that finished before."""
+    early_abort_metric: str | None = None
+    """The metric whose breakers stopped it (too many for the percentile to hold)."""
 
 
 class QualityVerdict(_Strict):

@@ -58,7 +58,7 @@ from workers.contracts import (
 from workers.engines import EngineFailure, boot_phases
 from workers.loadgen.diagnosis import diagnose
 from workers.loadgen.result import OURS, ResultInfo, build_result
-from workers.loadgen.scoring import Score
+from workers.loadgen.scoring import PROBE_PERCENTILES, Score, gate_percentiles
 from workers.loadgen.scrape import PREFIX_CACHE_HITS
 from workers.loadgen.sessions import session_summary, steady_arrivals_s
 from workers.loadgen.symptoms import with_symptoms
@@ -182,6 +182,24 @@ def probe_medians(score: Score) -> dict[str, float]:
     """The median TTFT and TPOT of a run, ms (those it measured)."""
     return {metric: summary.median for metric in ("ttft", "tpot")
             if (summary := score.summaries.get(metric)) is not None and summary.median > 0}
+
+
+def probe_measurement(spec: TrialSpec, measured: Measured) -> dict[str, Any]:
+    """What a capacity probe keeps of its run beyond its own gate: percentiles of every
+    metric, throughputs, errors, the client's lag — enough to gate it under another SLO
+    later (:mod:`tuner.rescore`) and to place it on the frontier."""
+    run, sc = measured.run, measured.score
+    return {
+        "percentiles_ms": gate_percentiles(sc.per_request,
+                                           (*PROBE_PERCENTILES, spec.slo.percentile)),
+        "num_requests": sc.num_requests, "failed_requests": sc.failed,
+        "duration_s": sc.duration_s, "request_throughput": sc.request_throughput,
+        "output_throughput": sc.output_throughput,
+        "total_token_throughput": sc.total_token_throughput,
+        "send_lag_p99_ms": run.send_lag.p99_ms, "client_bound": run.send_lag.client_bound,
+        "early_abort": run.early_abort.reason if run.early_abort else None,
+        "early_abort_metric": run.early_abort.metric if run.early_abort else None,
+    }
 
 
 def probe_workload(spec: TrialSpec, rate: float, index: int) -> Workload:
@@ -350,7 +368,7 @@ async def _capacity(spec: TrialSpec, backend: Backend, timings: dict[str, float 
             prefix_cache_hit_tokens=hits,
             in_session_hit_tokens=None if sessions is None
             else sessions["in_session_hit_tokens"],
-            medians_ms=probe_medians(sc)))
+            medians_ms=probe_medians(sc), **probe_measurement(spec, measured)))
         try:
             rate = search.send(held)
         except StopIteration as done:

@@ -159,6 +159,10 @@ def test_live_and_virtual_agree(case: str, live: dict[str, TrialResult]) -> None
         assert real.capacity_probes and virtual.capacity_probes
         assert not any(p.gate_passed for p in [*real.capacity_probes,
                                                *virtual.capacity_probes])
+        # Both backends keep what each probe measured (the planner rescores from it).
+        for probe in [*real.capacity_probes, *virtual.capacity_probes]:
+            assert set(probe.percentiles_ms) == {"ttft", "tpot", "itl", "e2el"}
+            assert probe.num_requests and probe.duration_s and probe.send_lag_p99_ms is not None
     if case.startswith("quality"):
         # The server's answers over HTTP and /tokenize are the virtual model's, token for
         # token: the same agreement, not merely the same verdict.

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from workers.contracts import BOOT_PHASES, SLO, TrialSpec, Workload
+from workers.contracts import BOOT_PHASES, SLO, CapacityProbe, TrialSpec, Workload
 from workers.loadgen.datasets import sample_requests
 from workers.loadgen.workload_files import load_workload
 from workers.sim.config import PROFILE_SECONDS
@@ -136,6 +136,44 @@ def test_capacity_mode_brackets_and_bisects_the_rate() -> None:
     one = run_virtual_trial(spec(workload=lab(n=60, rate=2.0)))
     assert r.timings.measure_s is not None and one.timings.measure_s is not None
     assert r.timings.measure_s > one.timings.measure_s  # every probe is charged
+
+
+def test_each_probe_keeps_what_it_measured() -> None:
+    """Percentiles of every metric, throughputs, errors and send lag per probe: enough to
+    gate another SLO later. The stored p99s are the numbers the probe's own gate read."""
+    r = run_virtual_trial(spec(mode="capacity", workload=lab(n=60, rate=2.0),
+                               capacity={"min_rate": 0.5, "max_rate": 64, "max_probes": 5}))
+    assert len(r.capacity_probes) >= 3
+    for probe in r.capacity_probes:
+        assert set(probe.percentiles_ms) == {"ttft", "tpot", "itl", "e2el"}
+        for metric, row in probe.percentiles_ms.items():
+            assert list(row) == ["p50", "p90", "p95", "p99", "p99.9"], metric
+            values = [v for v in row.values() if v is not None]
+            assert values == sorted(values) and values[0] > 0, (metric, row)
+        for metric, target in (("ttft", 300), ("tpot", 50)):
+            if probe.early_abort is None:
+                assert probe.percentiles_ms[metric]["p99"] == pytest.approx(
+                    probe.ratios[metric] * target)
+        assert probe.num_requests and probe.failed_requests == 0
+        assert probe.duration_s and probe.request_throughput
+        # the lab workload asks 128 output tokens of each request
+        assert probe.output_throughput == pytest.approx(probe.request_throughput * 128,
+                                                        rel=0.05)
+        assert probe.total_token_throughput and probe.output_throughput
+        assert probe.total_token_throughput > probe.output_throughput
+        assert probe.send_lag_p99_ms is not None and probe.client_bound is False
+    held = [p for p in r.capacity_probes if p.gate_passed]
+    assert held and all(p.request_throughput == pytest.approx(p.request_rate, rel=0.35)
+                        for p in held)
+
+
+def test_a_probe_stored_before_the_measurements_reads_as_before() -> None:
+    old = {"request_rate": 4.0, "gate_passed": True, "request_goodput": 3.9,
+           "ratios": {"ttft": 0.5, "tpot": 0.7}, "prefix_cache_hit_tokens": None}
+    probe = CapacityProbe.model_validate(old)
+    assert probe.percentiles_ms == {} and probe.output_throughput is None
+    assert probe.model_dump(exclude_defaults=True) == {
+        k: v for k, v in old.items() if v is not None}
 
 
 def test_noise_changes_runs_only_with_a_different_seed() -> None:

@@ -21,8 +21,9 @@ from tuner.db.records import (
     TrialRecord,
     WorkloadRecord,
 )
-from tuner.planner import DEFAULT_HEADROOM, Basis, CapacityOption, CapacityPlan
+from tuner.planner import DEFAULT_HEADROOM, Basis, CapacityOption, CapacityPlan, Remeasure
 from tuner.progress import SweepProgress
+from tuner.rescore import Confidence
 from tuner.settings import GpuName, GpuPrice
 from workers.engines.vllm import vllm_command
 
@@ -315,6 +316,13 @@ class CapacityOut(_Out):
     notes: list[str] = []
     """Sentences to read before sizing on the plan: a stale measurement, unpriced GPUs,
     measurements under other SLOs that were not used."""
+    confidence: Confidence | None = None
+    """``basis: rescored_probes`` (no sweep measured the SLO; read off stored probes): how
+    sure the per-replica rate is — the bracketing probes, unknown probes, the spread of
+    the configuration's confirmation repeats."""
+    remeasure: list[Remeasure] = []
+    """``rescored_probes``: configurations whose probes cannot decide under this SLO and
+    that could beat the plan per GPU: worth a sweep under it."""
 
     @classmethod
     def from_plan(cls, plan: CapacityPlan) -> CapacityOut:

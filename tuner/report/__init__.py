@@ -17,6 +17,9 @@ from typing import Literal
 
 from tuner.answer import sweep_answer
 from tuner.db.errors import NotFound
+from tuner.db.records import SweepRecord
+from tuner.frontier import Frontier, build_frontier
+from tuner.planner import PlanError
 from tuner.report._analysis import (
     Confidence,
     NextStep,
@@ -33,6 +36,7 @@ from tuner.report._paths import (
 )
 from tuner.report._render import charts, render_html, render_markdown
 from tuner.report._svg import Chart, RefLine, Series, nice_ticks, render_chart
+from tuner.settings import get_settings
 from tuner.store import Store
 
 __all__ = [
@@ -75,7 +79,23 @@ def build_report(store: Store, sweep_id: int) -> SweepReport:
         spec, best = {}, []
     answer = sweep_answer(store, sweep) if spec else None
     return analyse(sweep, trials, cards, workload_spec=spec, best_rows=best,
-                   answer=answer.sentence if answer else None)
+                   answer=answer.sentence if answer else None,
+                   frontier=_frontier(store, sweep) if spec else None)
+
+
+def _frontier(store: Store, sweep: SweepRecord) -> Frontier | None:
+    """The frontier under this sweep's SLO (None: a goodput sweep, no probes kept)."""
+    if sweep.mode != "capacity":
+        return None
+    try:
+        prices = get_settings().planner.prices(None)
+    except ValueError:  # a bad SLOTUNE_GPU_PRICES: the report goes out unpriced
+        prices = {}
+    try:
+        return build_frontier(store, workload=sweep.workload, model=sweep.model,
+                              gpu=sweep.gpu, slo=sweep.slo_key, gpu_prices=prices)
+    except (PlanError, NotFound):
+        return None
 
 
 def render_report(store: Store, sweep_id: int, fmt: ReportFormat = "html") -> str:

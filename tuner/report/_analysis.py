@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tuner.db.records import BestConfig, CardRecord, SweepRecord, TrialRecord
+from tuner.frontier import Frontier, pareto_front  # one definition: the frontier owns it
 from tuner.progress import ConfirmedCandidate, SweepProgress, TwinProgress
 from tuner.strategies import NOISE_TOLERANCE, params_key, rank
 from workers.contracts import BOOT_PHASES, TrialResult
@@ -238,6 +239,9 @@ class SweepReport:
     boots: tuple[TrialPoint, ...] = ()
     """Every boot the sweep paid for: its trials, their confirmation repeats and its
     quality baseline (what the utilisation is of)."""
+    frontier: Frontier | None = None
+    """Capacity sweeps: every probed point of the workload on this model and GPU, under
+    this sweep's SLO (:mod:`tuner.frontier`); None for goodput sweeps."""
 
     @property
     def quality_checked(self) -> tuple[TrialPoint, ...]:
@@ -279,20 +283,10 @@ class SweepReport:
         return clean, pareto_front(clean)
 
 
-def pareto_front(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
-    """The points no other point beats (more throughput ``x`` AND less latency ``y``),
-    sorted by x. A point equal to another one is kept once."""
-    front = []
-    for x, y in sorted(set(points)):
-        dominated = any(ox >= x and oy <= y and (ox, oy) != (x, y) for ox, oy in points)
-        if not dominated:
-            front.append((x, y))
-    return front
-
-
 def analyse(sweep: SweepRecord, trials: Sequence[TrialRecord], cards: Sequence[CardRecord],
             *, workload_spec: Mapping[str, Any] | None = None,
-            best_rows: Sequence[BestConfig] = (), answer: str | None = None) -> SweepReport:
+            best_rows: Sequence[BestConfig] = (), answer: str | None = None,
+            frontier: Frontier | None = None) -> SweepReport:
     """Everything the report says about ``sweep`` (``trials``: every row of the sweep;
     only search rows are configurations, the others count in the utilisation)."""
     boots = tuple(_point(t) for t in trials)
@@ -336,7 +330,7 @@ def analyse(sweep: SweepRecord, trials: Sequence[TrialRecord], cards: Sequence[C
         failure_counts=dict(failure_counts), infeasible_rules=dict(rules),
         failure_examples=examples, answer=answer,
         allow_lossy=bool((sweep.space.get("quality") or {}).get("allow_lossy")),
-        twin=SweepProgress.of(sweep.progress).twin, boots=boots,
+        twin=SweepProgress.of(sweep.progress).twin, boots=boots, frontier=frontier,
     )
 
 

@@ -1,8 +1,10 @@
 """Lay a :class:`SweepReport` out as self-contained HTML (inline SVG charts) or Markdown.
 
 Both carry the same sections in the same order: winner and confidence, the command
-line, next step, ties, curves (charts in HTML, tables in Markdown), Pareto front,
-experiment cards, failures, utilisation (where the trials' time went), every trial.
+line, next step, ties, curves (charts in HTML, tables in Markdown), Pareto front, the
+frontier of every probe (capacity sweeps: :func:`frontier_charts`, the capacity per GPU
+under other TTFT/TPOT limits), experiment cards, failures, utilisation (where the trials'
+time went), every trial.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from html import escape
 from typing import Any
 
 from tuner.db.records import CardRecord
+from tuner.frontier import Frontier, FrontierPoint
 from tuner.progress import TwinProgress
 from tuner.report._analysis import (
     LATENCY_METRICS,
@@ -25,7 +28,7 @@ from tuner.report._analysis import (
 from tuner.report._svg import Chart, RefLine, Series, render_chart
 from workers.contracts import BOOT_PHASES
 
-__all__ = ["charts", "render_html", "render_markdown"]
+__all__ = ["charts", "frontier_charts", "render_html", "render_markdown"]
 
 _CSS = """
 body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2rem auto;max-width:1200px;
@@ -71,6 +74,67 @@ def charts(report: SweepReport) -> list[Chart]:
                                               color="#111827")],
             _refs(report, metric), x_scale="linear"))
     return out
+
+
+def frontier_charts(frontier: Frontier) -> list[Chart]:
+    """Interactivity against output tokens/s per GPU (and per dollar where priced): the
+    probes that meet the SLO and those that do not, the Pareto frontier, the SLO's TPOT
+    target as a line, the winner marked. The dashboard draws the same from the API."""
+    pct = f"p{frontier.percentile:g}"
+    y_label = f"output tokens/s per user (1000 ÷ {pct} TPOT)"
+    refs = [] if frontier.min_interactivity_tps is None else [RefLine(
+        frontier.min_interactivity_tps,
+        f"SLO {pct} TPOT ≤ {frontier.tpot_target_ms:g} ms = "
+        f"{frontier.min_interactivity_tps:.3g} tok/s per user")]
+    axes = [("frontier", "per GPU", "output tokens/s per GPU",
+             lambda p: p.output_tps_per_gpu)]
+    if frontier.price_per_gpu_hour:
+        axes.append(("frontier-dollar", "per dollar", f"output tokens per US$ "
+                     f"(${frontier.price_per_gpu_hour:g}/GPU-h)",
+                     lambda p: p.tokens_per_dollar or 0.0))
+    out = []
+    for chart_id, per, x_label, x_of in axes:
+        def pts(keep: Any, x_of: Any = x_of) -> list[tuple[float, float]]:
+            return [(x_of(p), p.interactivity_tps) for p in frontier.points
+                    if p.interactivity_tps is not None and keep(p)]
+        series = [
+            Series("meets the SLO", pts(lambda p: p.meets_slo == "pass"), color="#059669"),
+            Series("breaks it", pts(lambda p: p.meets_slo == "fail"), color="#9ca3af"),
+            Series("cannot tell", pts(lambda p: p.meets_slo == "unknown"), color="#d97706"),
+            Series("Pareto frontier", pts(lambda p: p.on_frontier), line=True,
+                   markers=False, color="#111827"),
+            Series("winner", pts(lambda p: p.winner), color="#f59e0b", radius=7,
+                   stroke="#111827", label="winner"),
+        ]
+        out.append(Chart(chart_id, f"Frontier {per}: {frontier.model} on {frontier.gpu}, "
+                         "every configuration and probed rate", x_label, y_label,
+                         [s for s in series if s.points or s.name == "winner"], refs,
+                         x_scale="linear", width=760, height=380))
+    return out
+
+
+def _frontier_grid(frontier: Frontier) -> tuple[list[str], list[list[str]]]:
+    grid = frontier.capacity
+    headers = [f"p{grid.percentile:g} TTFT limit ↓ / TPOT limit →",
+               *(f"{t:g} ms" for t in grid.tpot_ms)]
+    rows = [[f"{ttft:g} ms", *("—" if v is None else f"{v:.3g} ({c})"
+                               for v, c in zip(grid.per_gpu[i], grid.confidence[i],
+                                               strict=True))]
+            for i, ttft in enumerate(grid.ttft_ms)]
+    return headers, rows
+
+
+def _frontier_rows(frontier: Frontier) -> tuple[list[str], list[list[str]]]:
+    headers = ["trial", "req/s offered", "output tok/s per GPU", "tok/s per user",
+               f"p{frontier.percentile:g} TPOT ms", f"p{frontier.percentile:g} TTFT ms",
+               "SLO", "configuration"]
+    shown: list[FrontierPoint] = sorted((p for p in frontier.points
+                                         if p.on_frontier or p.winner),
+                                        key=lambda p: p.output_tps_per_gpu)
+    return headers, [[f"{p.trial_id}" + (" (winner)" if p.winner else ""),
+                      _num(p.request_rate), _num(p.output_tps_per_gpu),
+                      _num(p.interactivity_tps), _num(p.tpot_ms), _num(p.ttft_ms),
+                      p.meets_slo, _compact(p.config)] for p in shown]
 
 
 def _refs(report: SweepReport, metric: str) -> list[RefLine]:
@@ -130,6 +194,21 @@ def render_html(report: SweepReport) -> str:
     parts.append("<h2 id='curves'>Curves</h2><div class='charts'>")
     parts += [render_chart(c) for c in charts(report)]
     parts.append("</div>")
+    if report.frontier is not None:
+        f = report.frontier
+        parts.append("<h2 id='frontier'>Frontier</h2>")
+        parts.append(f"<p>Every probe of every configuration of {e(f.workload)} on "
+                     f"{e(f.gpu)} ({len(f.points)} points, under {e(f.slo_text)}): how "
+                     "fast a user's tokens arrive against how many one GPU serves. CSV: "
+                     f"<code>slotune frontier -w {e(f.workload)}</code>.</p>")
+        parts += [f"<p class='muted'>{e(n)}</p>" for n in f.notes]
+        parts.append("<div class='charts'>")
+        parts += [render_chart(c) for c in frontier_charts(f)]
+        parts.append("</div><h3>Capacity per GPU (req/s) under other limits</h3>")
+        parts.append("<p class='muted'>Read off the stored probes (tuner.rescore): the "
+                     "best configuration's capacity per GPU under each TTFT and TPOT limit, "
+                     "with how sure it is.</p>")
+        parts.append(_html_table(*_frontier_grid(f)))
     parts.append("<h2 id='cards'>Experiment cards</h2>")
     parts.append(_html_cards(report) if report.cards else
                  "<p class='muted'>No experiment cards (not a guided sweep).</p>")
@@ -350,6 +429,15 @@ def render_markdown(report: SweepReport) -> str:
         slo = f" (SLO ≤ {target:g})" if target is not None else ""
         lines += [_md_table(["request throughput (req/s)", f"p99 {_LABELS[metric]} ms{slo}"],
                             [[_num(x), _num(y)] for x, y in front]), ""]
+    if report.frontier is not None:
+        f = report.frontier
+        lines += ["## Frontier", "",
+                  f"Interactivity against output tokens/s per GPU, every probe of every "
+                  f"configuration ({len(f.points)} points, under {f.slo_text}); the Pareto "
+                  "frontier and the winner below (all points: `slotune frontier -w "
+                  f"{f.workload}`).", "", _md_table(*_frontier_rows(f)), "",
+                  "### Capacity per GPU (req/s) under other limits", "",
+                  _md_table(*_frontier_grid(f)), ""]
     lines += ["## Experiment cards", ""]
     if not report.cards:
         lines += ["_No experiment cards (not a guided sweep)._", ""]

@@ -6,7 +6,18 @@ zero unless data goes below it), an x axis that is numeric (linear, or log when 
 values span a wide positive range, as knob ladders like 512…16384 do) or categorical
 (booleans, strings, ``None``), any number of series, and horizontal reference lines (the
 SLO target). Every point is a ``<circle>`` carrying its data as ``data-x``/``data-y`` and
-a tooltip, so tests and readers can check where it landed.
+a tooltip, so tests and readers can check where it landed. A series can stand out
+(``radius``, ``stroke``, ``label``): the frontier chart's winner is one such point.
+
+Why hand-drawn SVG and not a charting library (checked again for the frontier chart):
+the report is a single HTML file mailed and archived after a night's sweep, and the
+dashboard must work offline. A library would have to be vendored twice (as a Python
+renderer for the report, as a served JS file for the dashboard — e.g. Vega-Lite with
+vega and vega-embed is about 800 KB of JS, Plotly about 3.5 MB) to draw what these
+charts need: scatter points, a joined front, dashed reference lines, a legend and a
+marked point, on linear or log axes. That is the ~250 lines here (and their JS twin,
+``tuner/dashboard/static/charts.js``), with every point carrying its data for tests. A
+library earns its weight with zoom, brushing or many chart kinds; none is asked for.
 """
 
 from __future__ import annotations
@@ -40,6 +51,11 @@ class Series:
     line: bool = False
     markers: bool = True
     color: str | None = None
+    radius: float = 3.5
+    stroke: str | None = None
+    """An outline around each marker (a point that must stand out)."""
+    label: str | None = None
+    """Text written beside each marker (the winner)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,10 +139,20 @@ def render_chart(chart: Chart) -> str:
         if series.markers:
             for x, y in points:
                 label = f"{series.name}: {_x_label(x)} → {y:.4g}"
-                out.append(f'<circle class="pt" cx="{_f(x_axis.pos(x))}" cy="{_f(ypos(y))}" '
-                           f'r="3.5" fill="{color}" fill-opacity="0.75" '
-                           f'data-x="{escape(_x_label(x))}" data-y="{y!r}">'
+                cx, cy = x_axis.pos(x), ypos(y)
+                outline = (f'stroke="{series.stroke}" stroke-width="2" ' if series.stroke
+                           else "")
+                out.append(f'<circle class="pt" cx="{_f(cx)}" cy="{_f(cy)}" '
+                           f'r="{series.radius:g}" fill="{color}" fill-opacity="0.75" '
+                           f'{outline}data-x="{escape(_x_label(x))}" data-y="{y!r}">'
                            f"<title>{escape(label)}</title></circle>")
+                if series.label:  # beside the point, on the side with room for it
+                    left_side = cx > right - 8 * len(series.label) - series.radius
+                    tx = cx - series.radius - 3 if left_side else cx + series.radius + 3
+                    out.append(f'<text class="pt-label" x="{_f(tx)}" '
+                               f'y="{_f(cy - series.radius - 2)}" font-weight="bold" '
+                               f'text-anchor="{"end" if left_side else "start"}">'
+                               f"{escape(series.label)}</text>")
         out.append("</g>")
         if len(chart.series) > 1:
             out.append(f'<rect x="{_f(legend_x)}" y="{top + 6}" width="10" height="10" '

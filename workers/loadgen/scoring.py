@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from workers.contracts import SLO, SLOMetric
+from workers.contracts import SLO, SLO_METRICS, SLOMetric
 
 if TYPE_CHECKING:  # annotations only: scoring needs no HTTP client at run time
     from workers.loadgen.client import RequestRecord
@@ -41,12 +41,15 @@ if TYPE_CHECKING:  # annotations only: scoring needs no HTTP client at run time
 __all__ = [
     "CONSTRAINT_CAP",
     "DEFAULT_PERCENTILES",
+    "PROBE_PERCENTILES",
     "GateCheck",
     "MetricSummary",
     "RequestMetrics",
     "Score",
     "allowed_violations",
+    "gate_percentiles",
     "percentile",
+    "percentile_key",
     "request_metrics",
     "score",
     "summarize",
@@ -55,6 +58,8 @@ __all__ = [
 
 CONSTRAINT_CAP = 1000.0
 DEFAULT_PERCENTILES: tuple[float, ...] = (50.0, 90.0, 95.0, 99.0)
+PROBE_PERCENTILES: tuple[float, ...] = (50.0, 90.0, 95.0, 99.0, 99.9)
+"""The percentiles a capacity probe keeps of each metric (and its SLO's own)."""
 _MS = 1000.0
 
 
@@ -225,6 +230,28 @@ def _gate_values(
                 out.append(m.tpot)
         else:
             out.append(m.value(metric))
+    return out
+
+
+def percentile_key(q: float) -> str:
+    """How a stored percentile is named: ``p99``, ``p99.9``."""
+    return f"p{q:g}"
+
+
+def gate_percentiles(per_request: Sequence[RequestMetrics | None],
+                     percentiles: Iterable[float]) -> dict[str, dict[str, float | None]]:
+    """Per metric, the ``percentiles`` (ms) over exactly the values the gate reads (a
+    failed request infinitely slow: None), so a stored run can be gated under another SLO
+    of these percentiles without its records: the same numbers :func:`score` compares."""
+    out: dict[str, dict[str, float | None]] = {}
+    qs = sorted(set(percentiles))
+    for metric in SLO_METRICS:
+        values = _gate_values(metric, per_request)
+        row: dict[str, float | None] = {}
+        for q in qs:
+            observed = percentile(values, q) * _MS if values else 0.0
+            row[percentile_key(q)] = None if math.isinf(observed) else observed
+        out[metric] = row
     return out
 
 

@@ -8,7 +8,13 @@ import pytest
 
 from workers.contracts import SLO
 from workers.loadgen.client import RequestRecord, RequestTimings
-from workers.loadgen.scoring import CONSTRAINT_CAP, allowed_violations, percentile, score
+from workers.loadgen.scoring import (
+    CONSTRAINT_CAP,
+    allowed_violations,
+    gate_percentiles,
+    percentile,
+    score,
+)
 
 
 def rec(i: int, start: float, chunks: list[float], tokens: int | None, prompt_len: int,
@@ -153,3 +159,17 @@ def test_percentile_with_infinity() -> None:
     assert percentile([1.0, 2.0, math.inf], 50) == 2.0
     assert math.isinf(percentile([1.0, 2.0, math.inf], 99))
     assert percentile([1.0, 2.0, 3.0], 99) == pytest.approx(2.98)
+
+
+def test_gate_percentiles_are_the_numbers_the_gate_compares() -> None:
+    """Stored percentiles gate another SLO the way :func:`score` would have gated it: the
+    same values (a failed request infinitely slow: None), whatever the percentile."""
+    with_failure = score([A, B, C, D], 4.0, SLO(ttft=250, tpot=50))
+    stored = gate_percentiles(with_failure.per_request, (50, 99, 99.9))
+    assert stored["ttft"]["p99"] is None and stored["ttft"]["p99.9"] is None
+    assert stored["ttft"]["p50"] == pytest.approx(250.0)  # 100, 200, 300, inf
+    clean = score([A, B, C], 3.0, SLO(percentile=90, ttft=250, tpot=50))
+    again = gate_percentiles(clean.per_request, (90,))
+    for check in clean.checks:  # what the gate observed, stored under its percentile
+        assert again[check.metric]["p90"] == pytest.approx(check.observed_ms)
+    assert set(again) == {"ttft", "tpot", "itl", "e2el"}

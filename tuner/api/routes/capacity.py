@@ -31,7 +31,10 @@ def capacity(question: CapacityIn, store: StoreDep, settings: SettingsDep) -> Ca
     ``cost_per_hour = gpus × price_per_gpu_hour`` (``gpu_prices`` over the server's
     ``SLOTUNE_GPU_PRICES``). ``options`` holds the cheapest plan per (model, GPU); unpriced
     GPUs rank after priced ones, by GPUs. ``basis`` says whether per-replica capacity was
-    measured (capacity mode) or is the goodput at the workload's rate, a lower bound;
+    measured (capacity mode), is the goodput at the workload's rate, a lower bound, or —
+    ``rescored_probes``, when no sweep measured the SLO asked for — was read off the
+    probes capacity sweeps under other SLOs stored (``confidence`` says how sure;
+    ``remeasure`` names configurations the probes cannot decide that could beat it);
     ``notes`` say what to know before sizing on it. 404 when nothing is measured (naming
     the SLOs that were), 422 when nothing met the SLO, several SLOs match and none was
     named, or a price is not a number from 0 to 1e6.

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Annotated, Literal
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Header, Query
+from fastapi.responses import PlainTextResponse
 
-from tuner.api.deps import StoreDep
-from tuner.api.errors import ERROR_RESPONSES
+from tuner.api.deps import SettingsDep, StoreDep
+from tuner.api.errors import ERROR_RESPONSES, InvalidInput
 from tuner.api.params import NameFilter, NamePath, SloFilter, canonical_slo
 from tuner.api.schemas import BestListOut, BestOut, ListOut, NoPassingOut, WorkloadOut
 from tuner.db.records import BestConfig, NoPassingConfig
+from tuner.frontier import AmbiguousGroup, Frontier, build_frontier, to_csv
+from tuner.planner import AmbiguousSlo
 
 router = APIRouter(tags=["workloads"], responses=ERROR_RESPONSES)
 
@@ -51,6 +55,38 @@ def best_for_workload(name: NamePath, store: StoreDep, model: NameFilter = None,
     missing = [NoPassingOut.from_record(r) for r in store.without_passing_config(name)
                if wanted(r)]
     return BestListOut(data=rows, count=len(rows), without_passing=missing)
+
+
+@router.get("/workloads/{name}/frontier", response_model=Frontier,
+            responses={200: {"content": {"text/csv": {}},
+                             "description": "JSON, or CSV (one row per point) with "
+                                            "format=csv or Accept: text/csv"}})
+def frontier(name: NamePath, store: StoreDep, settings: SettingsDep,
+             model: NameFilter = None, gpu: NameFilter = None, slo: SloFilter = None,
+             fmt: Annotated[Literal["json", "csv"] | None, Query(
+                 alias="format",
+                 description="json (default) or csv; else the Accept header decides")] = None,
+             accept: Annotated[str | None, Header()] = None) -> Frontier | PlainTextResponse:
+    """Every probed point of the workload's capacity sweeps on one (model, GPU) —
+    interactivity (output tokens/s per user = 1000 ÷ TPOT at the SLO's percentile)
+    against output tokens/s per GPU (and per dollar where the GPU is priced) — with the
+    Pareto frontier, whether each meets the SLO, the winner, and the best capacity per
+    GPU under a grid of TTFT and TPOT limits (rescored from the stored probes).
+
+    404: an unknown workload, or no capacity sweep of it. 422: measured on several
+    (model, GPU) or under several SLOs and none named (the message lists them).
+    """
+    try:
+        answer = build_frontier(store, workload=name, model=model, gpu=gpu,
+                                slo=canonical_slo(slo),
+                                gpu_prices=settings.planner.prices(None))
+    except AmbiguousGroup as exc:
+        raise InvalidInput(("query", exc.field), str(exc), "ambiguous") from None
+    except AmbiguousSlo as exc:
+        raise InvalidInput(("query", "slo"), str(exc), "ambiguous_slo") from None
+    if fmt == "csv" or (fmt is None and accept is not None and "text/csv" in accept):
+        return PlainTextResponse(to_csv(answer), media_type="text/csv")
+    return answer
 
 
 @router.get("/best", response_model=BestListOut)

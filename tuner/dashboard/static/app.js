@@ -291,6 +291,83 @@
     replace("charts", box);
   }
 
+  /* The frontier of the sweep's workload on its model and GPU, under its SLO (capacity
+     sweeps): GET /api/v1/workloads/NAME/frontier, drawn as the report draws it
+     (tuner/report/_render.py frontier_charts), with the capacity-per-GPU grid. */
+  function renderFrontier(s) {
+    var section = document.getElementById("frontier");
+    if (s.mode !== "capacity") {
+      replace("frontier", el("p", { "class": "muted" }, "Goodput sweep: no capacity probes to draw."));
+      section.setAttribute("data-state", "none");
+      return;
+    }
+    var q = "?model=" + encodeURIComponent(s.model) + "&gpu=" + encodeURIComponent(s.gpu) +
+      "&slo=" + encodeURIComponent(s.slo_key);
+    fetch(API + "/workloads/" + encodeURIComponent(s.workload) + "/frontier" + q,
+          { headers: { Accept: "application/json" } }).then(function (r) {
+      if (r.status === 404) return null;
+      if (!r.ok) throw new Error("frontier: HTTP " + r.status);
+      return r.json();
+    }).then(function (f) {
+      if (f === null || !f.points.length) {
+        replace("frontier", el("p", { "class": "muted" }, "No probes stored yet."));
+        section.setAttribute("data-state", "none");
+        return;
+      }
+      var pct = "p" + f.percentile;
+      var refs = f.min_interactivity_tps === null ? [] : [{ y: f.min_interactivity_tps,
+        label: "SLO " + pct + " TPOT ≤ " + f.tpot_target_ms + " ms = " +
+          Number(f.min_interactivity_tps.toPrecision(3)) + " tok/s per user" }];
+      var axes = [["frontier", "per GPU", "output tokens/s per GPU", "output_tps_per_gpu"]];
+      if (f.price_per_gpu_hour) {
+        axes.push(["frontier-dollar", "per dollar", "output tokens per US$ ($" +
+          f.price_per_gpu_hour + "/GPU-h)", "tokens_per_dollar"]);
+      }
+      var box = el("div", { "class": "charts" });
+      axes.forEach(function (a) {
+        var pts = function (keep) {
+          return f.points.filter(function (p) { return p.interactivity_tps !== null && keep(p); })
+            .map(function (p) { return [p[a[3]], p.interactivity_tps, "trial id " + p.trial_id +
+              " at " + Number(p.request_rate.toPrecision(3)) + " req/s"]; });
+        };
+        var series = [
+          { name: "meets the SLO", points: pts(function (p) { return p.meets_slo === "pass"; }), color: "#059669" },
+          { name: "breaks it", points: pts(function (p) { return p.meets_slo === "fail"; }), color: "#9ca3af" },
+          { name: "cannot tell", points: pts(function (p) { return p.meets_slo === "unknown"; }), color: "#d97706" },
+          { name: "Pareto frontier", points: pts(function (p) { return p.on_frontier; }), line: true,
+            markers: false, color: "#111827" },
+          { name: "winner", points: pts(function (p) { return p.winner; }), color: "#f59e0b", radius: 7,
+            stroke: "#111827", label: "winner" }
+        ].filter(function (x) { return x.points.length || x.name === "winner"; });
+        box.appendChild(el("div", { "class": "chart-box" }, SlotuneCharts.render({
+          id: a[0], title: "Frontier " + a[1] + ": " + f.model + " on " + f.gpu +
+            ", every configuration and probed rate",
+          xLabel: a[2], yLabel: "output tokens/s per user (1000 ÷ " + pct + " TPOT)", xScale: "linear",
+          width: 760, height: 380, series: series, refLines: refs })));
+      });
+      var grid = f.capacity;
+      var table = el("table", { "class": "grid", "data-field": "capacity-grid" }, [
+        el("tr", {}, [el("th", {}, pct + " TTFT limit ↓ / TPOT limit →")].concat(
+          grid.tpot_ms.map(function (t) { return el("th", {}, t + " ms"); })))
+      ].concat(grid.ttft_ms.map(function (ttft, i) {
+        return el("tr", { "data-ttft": ttft }, [el("th", {}, ttft + " ms")].concat(
+          grid.per_gpu[i].map(function (v, j) {
+            return el("td", { "class": "num", "data-tpot": grid.tpot_ms[j], "data-value": v === null ? "" : v },
+              v === null ? "—" : Number(v.toPrecision(3)) + " (" + grid.confidence[i][j] + ")");
+          })));
+      })));
+      replace("frontier", el("div", {}, [
+        el("p", {}, "Every probe of every configuration of " + f.workload + " on " + f.gpu + " (" +
+          f.points.length + " points, under " + f.slo_text + "): how fast a user's tokens arrive " +
+          "against how many one GPU serves. CSV: /api/v1/workloads/" + f.workload + "/frontier?format=csv"),
+        box, el("h3", {}, "Capacity per GPU (req/s) under other limits"), table]));
+      section.setAttribute("data-state", "loaded");
+    }).catch(function (e) {
+      replace("frontier", el("p", { "class": "error" }, String(e.message || e)));
+      section.setAttribute("data-state", "error");
+    });
+  }
+
   function failureText(t) {
     var m = t.metrics || {};
     return [t.failure_class, m.failure_message, m.early_abort].filter(function (x) { return x; }).join(": ");
@@ -418,7 +495,8 @@
         getJSON("/sweeps/" + id + "/cards")]).then(function (r) {
         var s = r[0], trials = r[1], cards = r[2].data;
         renderHeader(s); renderProgress(s, trials); renderWinner(s, trials);
-        renderCharts(s, trials); renderTrials(s, trials); renderTwin(s); renderCards(cards);
+        renderCharts(s, trials); renderFrontier(s); renderTrials(s, trials); renderTwin(s);
+        renderCards(cards);
         showError(null);
         document.body.setAttribute("data-loaded", "true");
         document.body.setAttribute("data-sweep-status", s.status);

@@ -2,7 +2,9 @@
  *
  * SlotuneCharts.render(spec) returns an <svg class="chart" data-chart="<id>"> element.
  * spec = {id, title, xLabel, yLabel, xScale: "auto"|"linear"|"log"|"category",
- *         series: [{name, points: [[x, y], ...], line, markers, color}],
+ *         width, height,
+ *         series: [{name, points: [[x, y], ...], line, markers, color,
+ *                   radius, stroke, label}],   (the last three: a point that stands out)
  *         refLines: [{y, label}]}
  * Numeric x values on a wide positive range (max/min >= 16) get a log axis, like the
  * report's Python charts (tuner/report/_svg.py); anything else (booleans, strings, null)
@@ -11,7 +13,7 @@
 (function (global) {
   "use strict";
   var NS = "http://www.w3.org/2000/svg";
-  var W = 560, H = 300, ML = 64, MR = 16, MT = 30, MB = 48;
+  var DEFAULT_W = 560, DEFAULT_H = 300, ML = 64, MR = 16, MT = 30, MB = 48;
   var PALETTE = ["#2563eb", "#d97706", "#059669", "#7c3aed", "#dc2626", "#0891b2"];
 
   function svgEl(tag, attrs, text) {
@@ -100,6 +102,7 @@
   }
 
   function render(spec) {
+    var W = spec.width || DEFAULT_W, H = spec.height || DEFAULT_H;
     var series = spec.series || [], refs = spec.refLines || [];
     var xs = [], ys = [];
     series.forEach(function (s) {
@@ -153,11 +156,19 @@
       }
       if (s.markers !== false) {
         pts.forEach(function (p) {
-          var c = svgEl("circle", { "class": "pt", cx: ax.pos(p[0]).toFixed(1), cy: ypos(p[1]).toFixed(1),
-            r: 3.5, fill: color, "fill-opacity": 0.75, "data-x": xLabel(p[0]), "data-y": p[1] });
+          var r = s.radius || 3.5, cx = ax.pos(p[0]), cy = ypos(p[1]);
+          var attrs = { "class": "pt", cx: cx.toFixed(1), cy: cy.toFixed(1),
+            r: r, fill: color, "fill-opacity": 0.75, "data-x": xLabel(p[0]), "data-y": p[1] };
+          if (s.stroke) { attrs.stroke = s.stroke; attrs["stroke-width"] = 2; }
+          var c = svgEl("circle", attrs);
           c.appendChild(svgEl("title", {}, s.name + ": " + xLabel(p[0]) + " → " +
             Number(p[1].toPrecision(4)) + (p[2] ? " (" + p[2] + ")" : "")));
           g.appendChild(c);
+          if (s.label) {  // beside the point, on the side with room for it
+            var leftSide = cx > right - 8 * s.label.length - r;
+            g.appendChild(svgEl("text", { "class": "pt-label", x: leftSide ? cx - r - 3 : cx + r + 3,
+              y: cy - r - 2, "font-weight": "bold", "text-anchor": leftSide ? "end" : "start" }, s.label));
+          }
         });
       }
       svg.appendChild(g);
