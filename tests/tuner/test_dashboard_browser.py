@@ -16,6 +16,7 @@ gamble against Debian's) and a bundled Node driver for no gain here.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -101,14 +102,21 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, SweepDa
         store.update_sweep(twin.id, lease=twin.lease, progress={
             "phase": "search", "trials": 2, "done": 2, "running": 0, "failed": 0,
             "infeasible": 0, "twin": TWIN_PROGRESS})
+    with api_server(url, tmp_path_factory.mktemp("uvicorn") / "uvicorn.log") as base:
+        yield base, data
+
+
+@contextlib.contextmanager
+def api_server(url: str, log: Path) -> Iterator[str]:
+    """The real API (``uvicorn --factory``) on a free port over ``url``, until the block
+    ends: its base URL, once its health route answers; its output in ``log``."""
     port = _free_port()
-    env = {**os.environ, "DATABASE_URL": url}
-    log = tmp_path_factory.mktemp("uvicorn") / "uvicorn.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "--factory", "tuner.api.app:create_app",
              "--host", "127.0.0.1", "--port", str(port)],
-            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+            cwd=ROOT, env={**os.environ, "DATABASE_URL": url}, stdout=out,
+            stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30
@@ -122,7 +130,7 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, SweepDa
             if proc.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"the API did not start:\n{log.read_text()[-3000:]}")
             time.sleep(0.2)
-        yield base, data
+        yield base
     finally:
         proc.terminate()
         try:

@@ -7,11 +7,6 @@ the winner's mark) and screenshotted under ``tests/artifacts/`` (paths printed).
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,11 +17,10 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.tuner.test_dashboard_browser import (  # noqa: F401 - the browser fixture
-    ROOT,
-    _free_port,
     _get,
     _load,
     _screenshot,
+    api_server,
     browser,
 )
 from tests.tuner.test_plan_rescored import slotune
@@ -43,31 +37,8 @@ def swept_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, P
     run = slotune("sweep", "run", "--executor", "virtual", "--trials", "5", "--database-url",
                   url, "--report-dir", str(folder / "report"))
     assert run.returncode == 0, run.stdout + run.stderr
-    port = _free_port()
-    log = folder / "uvicorn.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "--factory", "tuner.api.app:create_app",
-             "--host", "127.0.0.1", "--port", str(port)],
-            cwd=ROOT, env={**os.environ, "DATABASE_URL": url}, stdout=out,
-            stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(f"{base}/api/v1/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"the API did not start:\n{log.read_text()[-3000:]}")
-            time.sleep(0.2)
+    with api_server(url, folder / "uvicorn.log") as base:
         yield base, folder / "report" / "sweep-1.html"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 def _check_chart(driver: WebDriver, frontier: dict[str, Any]) -> None:
