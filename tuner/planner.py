@@ -22,7 +22,8 @@ per-replica rate is, by basis:
 
 Every measured configuration is a candidate: each (model, GPU, configuration) once, at
 the lowest rate its measurements (repeats included) reached, so a lucky run does not size
-the fleet. A candidate needs ``replicas_for(target, rate, headroom)`` replicas of
+the fleet; a configuration one of whose capacity measurements held nothing is none. A
+candidate needs ``replicas_for(target, rate, headroom)`` replicas of
 ``replica_gpus(config)`` GPUs each and costs ``gpus × price`` per hour. The plan is the
 cheapest; where a GPU has no price, priced plans come first (by cost) and unpriced ones
 after them (by GPUs). Ties: fewer GPUs, confirmed, the higher per-replica rate, the
@@ -291,10 +292,17 @@ def plan_capacity(
     if len(slos) > 1:
         raise AmbiguousSlo(f"{asked} was measured under {len(slos)} SLOs ({'; '.join(slos)}); "
                            "name one with slo")
-    candidates = _candidates(m for m in measured if m.per_replica > 0)
+    # A capacity measurement of 0 (a confirmation repeat that broke the SLO at its lowest
+    # probed rate) is the lowest rate that configuration reached: it sizes nothing, as
+    # its confirmation did not crown it (rescored measurements stand together likewise).
+    held_nothing = {_group_key(m) for m in measured
+                    if m.basis == "capacity" and m.per_replica <= 0}
+    candidates = _candidates(m for m in measured
+                             if m.per_replica > 0 and _group_key(m) not in held_nothing)
     if not candidates:
         raise SloNeverMet(f"no configuration met the SLO {slos[0]} for {asked}: "
-                          f"{len(measured)} trial(s) measured, all with objective 0")
+                          f"{len(measured)} trial(s) measured, every configuration held "
+                          "nothing in at least one of them")
 
     options: dict[tuple[str, str], CapacityOption] = {}
     for candidate in candidates:
@@ -358,7 +366,7 @@ def _rescored(every: Sequence[_Measurement], slo: SLO
         spec = m.trial.spec or {}
         found = trial_capacity(result, slo, own_slo=SLO.model_validate(m.sweep.slo),
                                max_error_rate=float(spec.get("max_error_rate", 0.05)))
-        key = (m.sweep.model, m.sweep.gpu, _config_key(m.trial.config))
+        key = _group_key(m)
         groups.setdefault(key, []).append((m, found))
     out: list[_Measurement] = []
     undecided = []
@@ -408,6 +416,11 @@ def _candidates(feasible: Iterable[_Measurement]) -> list[_Candidate]:
 
 def _config_key(config: Mapping[str, Any]) -> str:
     return json.dumps(config, sort_keys=True, default=str)
+
+
+def _group_key(m: _Measurement) -> tuple[str, str, str]:
+    """A measurement's (model, GPU, configuration)."""
+    return m.sweep.model, m.sweep.gpu, _config_key(m.trial.config)
 
 
 def _option(candidate: _Candidate, target_rps: float, headroom: float, price: float | None,

@@ -99,3 +99,23 @@ def test_a_confirmation_repeat_counts_as_a_measurement_and_a_baseline_not(
     # One configuration, at the lower of its two measurements; the baseline is none.
     assert len(plan.options) == 1
     assert plan.per_replica_rps == 24.0 and plan.trial_ids == [again.id, first]
+
+
+def test_a_configuration_whose_repeat_held_nothing_sizes_nothing(
+        store: Store) -> None:  # noqa: F811
+    # The sweep's confirmation did not crown a configuration whose repeat broke the SLO
+    # at its lowest probed rate; the planner must not size the fleet on its search run.
+    fleet, slo = Workload(name="fleet"), SLO.parse("ttft:300,tpot:50")
+    sweep = store.create_sweep(name="s", workload=fleet, slo=slo, space={},
+                               model="Qwen/Qwen2.5-7B-Instruct", gpu="h100-sxm",
+                               strategy="random", mode="capacity")
+    lucky = measure(store, sweep.id, 0, {"max_num_seqs": 256}, 40.0, capacity=40.0)
+    steady = measure(store, sweep.id, 1, {"max_num_seqs": 128}, 30.0, capacity=30.0)
+    spec = TrialSpec(trial_id="r", model="Qwen/Qwen2.5-7B-Instruct",
+                     knobs={"max_num_seqs": 256}, workload=fleet, slo=slo, mode="capacity")
+    store.record_trial(sweep.id, role="repeat", number=0, repeat=1, repeat_of=lucky,
+                       params={"max_num_seqs": 256}, spec=spec,
+                       result=result(0.0, capacity=0.0))
+    plan = plan_capacity(store, workload="fleet", target_rps=48)
+    assert plan.trial_ids == [steady] and plan.per_replica_rps == 30.0
+    assert len(plan.options) == 1
