@@ -249,14 +249,19 @@ def gate_percentiles(per_request: Sequence[RequestMetrics | None],
         values = _gate_values(metric, per_request)
         row: dict[str, float | None] = {}
         for q in qs:
-            observed = percentile(values, q) * _MS if values else 0.0
+            observed = _percentile_ms(values, q)
             row[percentile_key(q)] = None if math.isinf(observed) else observed
         out[metric] = row
     return out
 
 
+def _percentile_ms(values_s: list[float], q: float) -> float:
+    """The ``q``-th percentile of gate values (seconds) in ms; 0 for no values."""
+    return percentile(values_s, q) * _MS if values_s else 0.0
+
+
 def _check(metric: SLOMetric, target_ms: float, values_s: list[float], q: float) -> GateCheck:
-    observed = percentile(values_s, q) * _MS if values_s else 0.0
+    observed = _percentile_ms(values_s, q)
     if math.isinf(observed):
         return GateCheck(metric, target_ms, None, False, CONSTRAINT_CAP, None)
     constraint = min(observed / target_ms - 1.0, CONSTRAINT_CAP)
