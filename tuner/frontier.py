@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict
 
 from tuner.db.records import SweepRecord, TrialRecord
 from tuner.planner import AmbiguousSlo, NothingMeasured, PlanError
-from tuner.rescore import Verdict, combine, probe_verdict, trial_capacity
+from tuner.rescore import Verdict, combine, error_budget, probe_verdict, trial_capacity
 from tuner.store import Store
 from workers.contracts import SLO, TrialResult, replica_gpus
 from workers.loadgen.scoring import percentile_key
@@ -191,7 +191,7 @@ def frontier_of(trials: Sequence[tuple[SweepRecord, TrialRecord]], *, workload: 
         result = TrialResult.model_validate(trial.result)
         gpus = replica_gpus(trial.config)
         own = SLO.model_validate(sweep.slo)
-        budget = float((trial.spec or {}).get("max_error_rate", 0.05))
+        budget = error_budget(trial.spec)
         rescored.setdefault(json.dumps(trial.config, sort_keys=True, default=str),
                             []).append((result, own, budget, gpus))
         for probe in result.capacity_probes:

@@ -43,7 +43,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from tuner.db.records import SweepRecord, TrialRecord
-from tuner.rescore import Confidence, TrialCapacity, combine, trial_capacity
+from tuner.rescore import Confidence, TrialCapacity, combine, error_budget, trial_capacity
 from tuner.store import Store
 from workers.contracts import SLO, TrialResult, replica_gpus
 from workers.engines.vllm import vllm_command
@@ -363,9 +363,8 @@ def _rescored(every: Sequence[_Measurement], slo: SLO
         result = TrialResult.model_validate(m.trial.result)
         if not result.capacity_probes:
             continue
-        spec = m.trial.spec or {}
         found = trial_capacity(result, slo, own_slo=SLO.model_validate(m.sweep.slo),
-                               max_error_rate=float(spec.get("max_error_rate", 0.05)))
+                               max_error_rate=error_budget(m.trial.spec))
         key = _group_key(m)
         groups.setdefault(key, []).append((m, found))
     out: list[_Measurement] = []

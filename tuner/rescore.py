@@ -41,19 +41,26 @@ could beat its answer as worth re-measuring.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from workers.contracts import SLO, CapacityProbe, TrialResult
+from workers.contracts import SLO, CapacityProbe, TrialResult, TrialSpec
 from workers.loadgen.scoring import percentile_key
 
 __all__ = ["Confidence", "ProbeVerdict", "TrialCapacity", "Verdict", "combine",
-           "probe_verdict", "trial_capacity"]
+           "error_budget", "probe_verdict", "trial_capacity"]
 
 Verdict = Literal["pass", "fail", "unknown"]
+
+
+def error_budget(stored_spec: Mapping[str, Any] | None) -> float:
+    """The error budget a stored trial ran under (its spec's ``max_error_rate``; the
+    spec's default where the row kept none)."""
+    default = TrialSpec.model_fields["max_error_rate"].default
+    return float((stored_spec or {}).get("max_error_rate", default))
 
 TIGHT_BRACKET = 0.25
 """A bracket (failing rate ÷ passing rate − 1) within this is a *tight* answer."""
