@@ -147,7 +147,7 @@ class SweepRunner:
             executor, self.share, sweep.id)
         """The search's trials (and quality baselines) in flight."""
         self.on_progress = on_progress
-        self.sweep_log = sweep_log
+        self.sweep_log = sweep_log or SweepLog(None)
         """One line per trial start and end and per phase (files and log shippers)."""
         self._logged_phase: Phase | None = None
         self.space: SearchSpace = stored_space(sweep.space)
@@ -418,9 +418,8 @@ class SweepRunner:
             if attempt == 1:  # asked but never recorded: Optuna must not keep it RUNNING
                 self.strategy.withdraw(proposal)
             raise
-        if self.sweep_log is not None:
-            self.sweep_log.trial_started(self.sweep.id, proposal.number,
-                                         self._delta(proposal.params), attempt=attempt)
+        self.sweep_log.trial_started(self.sweep.id, proposal.number,
+                                     self._delta(proposal.params), attempt=attempt)
         return row
 
     def _finished(self, launched: Launched[_Attempt | _Baseline], result: TrialResult) -> None:
@@ -431,10 +430,9 @@ class SweepRunner:
         retry = retry_as(result, run.row.attempt)
         if retry is not None:
             # Says nothing about the configuration: record this attempt, run it again.
-            if self.sweep_log is not None:
-                self.sweep_log.trial_ended(self.sweep.id, run.proposal.number,
-                                           self._delta(run.proposal.params), retry, None,
-                                           attempt=run.row.attempt, retried=True)
+            self.sweep_log.trial_ended(self.sweep.id, run.proposal.number,
+                                       self._delta(run.proposal.params), retry, None,
+                                       attempt=run.row.attempt, retried=True)
             self.gpu_hours += gpu_hours(retry, gpus)
             self._outbox.add(
                 lambda: self.store.finish_trial(run.row.id, retry, lease=self.lease),
@@ -480,11 +478,10 @@ class SweepRunner:
             self._account(stored[0], result, gpus)
             self._sync_cards()
             progress = self._progress(phase="search")
-            if self.sweep_log is not None:
-                self.sweep_log.trial_ended(self.sweep.id, proposal.number,
-                                           self._delta(proposal.params), result, progress,
-                                           best_trial=self._best_number(),
-                                           attempt=row.attempt)
+            self.sweep_log.trial_ended(self.sweep.id, proposal.number,
+                                       self._delta(proposal.params), result, progress,
+                                       best_trial=self._best_number(),
+                                       attempt=row.attempt)
 
         self._outbox.add(
             lambda: stored.append(self.store.finish_trial(row.id, result, lease=self.lease)),
@@ -573,11 +570,10 @@ class SweepRunner:
 
         def record(slot: Slot, attempt: int, spec: TrialSpec, result: TrialResult) -> None:
             row = top[slot[0]]
-            if self.sweep_log is not None:
-                self.sweep_log.trial_ended(
-                    self.sweep.id, row.number, self._delta(row.params), result, None,
-                    attempt=attempt, repeat=slot[1] + 1,
-                    retried=retry_as(result, attempt) is not None)
+            self.sweep_log.trial_ended(
+                self.sweep.id, row.number, self._delta(row.params), result, None,
+                attempt=attempt, repeat=slot[1] + 1,
+                retried=retry_as(result, attempt) is not None)
             self._outbox.add(lambda: self.store.record_trial(
                 self.sweep.id, role="repeat", number=row.number, repeat=slot[1] + 1,
                 repeat_of=row.id, attempt=attempt, params=row.params, spec=spec,
@@ -589,11 +585,10 @@ class SweepRunner:
         for (i, _), result in done.items():
             self.strategy.observe_repeat(top[i].params, result)
         def started(slot: Slot, attempt: int) -> None:
-            if self.sweep_log is not None:  # handed to the launcher: its GPUs are held
-                row = top[slot[0]]
-                self.sweep_log.trial_started(self.sweep.id, row.number,
-                                             self._delta(row.params), attempt=attempt,
-                                             repeat=slot[1] + 1)
+            row = top[slot[0]]  # handed to the launcher: its GPUs are held
+            self.sweep_log.trial_started(self.sweep.id, row.number,
+                                         self._delta(row.params), attempt=attempt,
+                                         repeat=slot[1] + 1)
 
         phase = ConfirmationPhase(TrialLauncher(self.executor, self.share, self.sweep.id),
                                   lambda i, r, a: self._repeat_spec(top[i], r, a, found[i]),
@@ -761,7 +756,7 @@ class SweepRunner:
 
     def _say_phase(self, progress: SweepProgress) -> None:
         """One log line when the phase changes (search, confirm, done, cancelled)."""
-        if self.sweep_log is not None and progress.phase != self._logged_phase:
+        if progress.phase != self._logged_phase:
             self._logged_phase = progress.phase
             self.sweep_log.phase(self.sweep.id, progress)
 

@@ -48,7 +48,9 @@ def config_delta(params: Mapping[str, KnobValue],
 class SweepLog:
     """Writes sweep events to ``stream`` as lines of ``fmt`` (see the module docstring)."""
 
-    def __init__(self, stream: TextIO, fmt: LogFormat = "text") -> None:
+    def __init__(self, stream: TextIO | None, fmt: LogFormat = "text") -> None:
+        """``stream`` None: a log that writes nothing (a terminal's bar says it all), so
+        the runner logs every event the same way, log or not."""
         if fmt not in LOG_FORMATS:
             raise ValueError(f"log format {fmt!r}: valid: {', '.join(LOG_FORMATS)}")
         self.stream = stream
@@ -111,6 +113,8 @@ class SweepLog:
     # ---- helpers ------------------------------------------------------------------
 
     def _write(self, record: dict[str, Any], text: str) -> None:
+        if self.stream is None:
+            return
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         if self.fmt == "json":
             line = json.dumps({"ts": now, **{k: v for k, v in record.items()
