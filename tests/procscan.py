@@ -1,13 +1,22 @@
-"""Find processes: by the trial marker every engine carries (``SLOTUNE_TRIAL_ID``), by parent."""
+"""Find processes: by the trial marker every engine carries (``SLOTUNE_TRIAL_ID``), by parent.
+
+Under pytest-xdist two workers start engines with the same trial ids (each has a fresh
+database, so both have a ``s1-t1-a1``): a worker sees only the engines started under its
+own ``TMPDIR`` (``tests/conftest.py`` gives each worker one, and every engine inherits it),
+so a test never counts — or kills — the other worker's engines.
+"""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 
 def engine_pids(trial_id: str | None = None) -> list[int]:
     """PIDs of live processes whose environment names a slotune trial (or this one)."""
     needle = b"SLOTUNE_TRIAL_ID=" + (trial_id.encode() + b"\0" if trial_id else b"")
+    worker_tmp = (b"TMPDIR=" + os.environ["TMPDIR"].encode() + b"\0"
+                  if os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("TMPDIR") else b"")
     pids = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -19,7 +28,7 @@ def engine_pids(trial_id: str | None = None) -> list[int]:
             continue
         if "State:\tZ" in status:
             continue  # a zombie holds nothing; its parent just has not reaped it yet
-        if needle in environ:
+        if needle in environ and worker_tmp in environ:
             pids.append(int(proc.name))
     return pids
 

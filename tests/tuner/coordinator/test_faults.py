@@ -162,6 +162,7 @@ def _postgres(action: str) -> None:
                    check=True, capture_output=True, timeout=60)
 
 
+@pytest.mark.exclusive  # it stops the Postgres server every other test uses
 @pytest.mark.chaos  # with tests/tuner/coordinator/test_chaos.py
 def test_postgres_restart_mid_sweep_loses_nothing(postgres_store: Store, postgres_url: str,
                                                   caplog: pytest.LogCaptureFixture) -> None:
@@ -265,6 +266,7 @@ def test_engine_log_over_its_disk_budget_is_capped_and_the_trial_scores(
     assert result.engine.kv_cache_tokens and result.engine.kv_cache_tokens > 100_000
 
 
+@pytest.mark.exclusive  # it stops the Postgres server every other test uses
 @pytest.mark.chaos  # with tests/tuner/coordinator/test_chaos.py
 def test_serving_coordinator_rides_out_a_postgres_stop_then_runs_what_is_queued(
         postgres_store: Store, postgres_url: str) -> None:
@@ -297,6 +299,7 @@ def test_serving_coordinator_rides_out_a_postgres_stop_then_runs_what_is_queued(
     assert "Traceback" not in err
 
 
+@pytest.mark.exclusive  # it stops the Postgres server every other test uses
 @pytest.mark.chaos
 def test_a_coordinator_started_before_its_database_waits_for_it_then_runs_the_queue(
         postgres_store: Store, postgres_url: str) -> None:
