@@ -66,12 +66,11 @@ from tuner.sweeps import SweepBudget, stored_space
 from tuner.twin.calibrations import warm_start
 from workers.contracts import KnobValue, TrialResult, TrialSpec, replica_gpus
 from workers.engines import adapter_for
+from workers.pipeline import remeasure_search, warm_search
 
 log = logging.getLogger(__name__)
 
 HEARTBEAT_S = 2.0
-WARM_STEP = 1.5
-"""The capacity search's bracket step once the sweep knows a rate to start from."""
 STALE_AFTER_S = 15.0
 """A running sweep whose coordinator has not beaten for this long may be taken over
 (heartbeats come every few seconds, so this is several missed beats)."""
@@ -547,13 +546,10 @@ class SweepRunner:
 
     def _spec(self, params: dict[str, KnobValue], trial_id: str, **overrides: Any) -> TrialSpec:
         if self.space.mode == "capacity" and self.best is not None and "capacity" not in overrides:
-            # Start the rate search where the best configuration so far is (per GPU, so
-            # scaled to this one's GPUs), in smaller steps: most configurations carry a
-            # rate near it, and the probes far below it — the long ones — tell nothing.
-            search = self.space.capacity
-            overrides["capacity"] = search.model_copy(update={
-                "start_rate": self.best[0] * self._gpus_of(params),
-                "step": min(search.step, WARM_STEP)})
+            # The capacity search starts from the best capacity per GPU so far (the
+            # objective in capacity mode), which is all it needs of the sweep.
+            overrides["capacity"] = warm_search(self.space.capacity, self.best[0],
+                                                self._gpus_of(params))
         return self.space.to_trial_spec(params, trial_id, **overrides)
 
     # ---- confirmation -------------------------------------------------------------
@@ -636,12 +632,8 @@ class SweepRunner:
     def _repeat_spec(self, row: TrialRecord, repeat: int, attempt: int,
                      capacity: float | None) -> TrialSpec:
         overrides: dict[str, Any] = {}
-        if capacity:
-            # Re-measure around what the first run found: one bracket step of twice the
-            # tolerance each way settles it in two or three probes instead of a new search.
-            search = self.space.capacity
-            overrides["capacity"] = search.model_copy(update={
-                "start_rate": capacity, "step": 1 + 2 * search.relative_tolerance})
+        if capacity:  # re-measured around what the first run found
+            overrides["capacity"] = remeasure_search(self.space.capacity, capacity)
         spec = self._spec(row.params,
                           f"s{self.sweep.id}-t{row.number}-confirm{repeat}-a{attempt}",
                           **overrides)
