@@ -16,11 +16,25 @@ alone. A :class:`SweepRunner` drives one claimed sweep:
    the winner is the best lower confidence bound; its trial is marked ``confirmed``.
 
 Three roles stay apart: the executor runs trials, the strategy says what to try, the
-budget says whether to continue. The runner wires the parts that each do one job:
-:mod:`tuner.study` (the Optuna study and strategy), :mod:`tuner.launcher` (GPU share,
-in-flight trials, retries by failure class), :mod:`tuner.outbox` (results waiting for
-the database), :mod:`tuner.confirmation` (the repeats and the winner) and
-:mod:`tuner.progress` (what the CLI, the API and the dashboard read).
+budget says whether to continue. The runner only wires the parts that each do one job,
+and runs the loop:
+
+* :mod:`tuner.study` — the Optuna study and strategy; :mod:`tuner.resume` — what the
+  database says of the sweep when a runner starts;
+* :mod:`tuner.launch_queue` — proposals on their way to a GPU (deferred, parked for their
+  quality baseline, infeasible at once), over :mod:`tuner.launcher` (GPU share, in-flight
+  trials, retries by failure class);
+* :mod:`tuner.recorder` — every write under the lease, through :mod:`tuner.outbox` while
+  the database is away, the heartbeat, and what a lost lease or a cancel means;
+* :mod:`tuner.tally` — what finished and the best so far; :mod:`tuner.card_sync` — the
+  strategy's experiment cards;
+* :mod:`tuner.confirming` — the confirmation phase, over :mod:`tuner.confirmation` (the
+  repeats and the winner);
+* :mod:`tuner.progress` (what the CLI, the API and the dashboard read) and
+  :mod:`tuner.sweep_log` (one line per event).
+
+A trial's capacity search needs one fact of the sweep, the best capacity per GPU so far;
+where it starts from that is the pipeline's (:func:`workers.pipeline.warm_search`).
 
 Every write a runner makes for its sweep carries the :class:`~tuner.db.records.Lease` its
 claim returned. When the store refuses one (:class:`LeaseLost`: the sweep was claimed
@@ -31,7 +45,6 @@ more of the sweep: its late results are dropped with a log line, its successor o
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 import uuid
@@ -40,37 +53,32 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import optuna
-
-from tuner.baselines import QualityBaselines
-from tuner.confirmation import ConfirmationPhase, Slot, top_configurations
+from tuner.card_sync import sync_cards
+from tuner.confirming import SweepConfirmation
 from tuner.db.errors import Conflict, LeaseLost, StorageUnavailable, describe
 from tuner.db.records import Lease, SweepRecord, TrialRecord
 from tuner.executors import ExecutorLost, TrialExecutor
-from tuner.launcher import GpuShare, Launched, TrialLauncher, gpu_hours, retry_as
-from tuner.outbox import Outbox
-from tuner.progress import Phase, SweepProgress
+from tuner.launch_queue import Attempt, Baseline, LaunchQueue
+from tuner.launcher import GpuShare, Launched, TrialLauncher, retry_as
+from tuner.progress import Phase, SweepProgress, sweep_progress
+from tuner.recorder import HEARTBEAT_S, TRANSIENT_STORAGE_ERRORS, SweepRecorder
+from tuner.resume import resume
 from tuner.spaces import SearchSpace
 from tuner.store import Store
-from tuner.strategies import (
-    NOISE_TOLERANCE,
-    Proposal,
-    Strategy,
-    TwinStrategy,
-    make_strategy,
-    unplaceable_result,
-)
+from tuner.strategies import NOISE_TOLERANCE, Proposal, Strategy, TwinStrategy, make_strategy
 from tuner.study import sweep_study
-from tuner.sweep_log import SweepLog, config_delta
+from tuner.sweep_log import SweepEvents, SweepLog
 from tuner.sweeps import SweepBudget, stored_space
+from tuner.tally import Tally
 from tuner.twin.calibrations import warm_start
 from workers.contracts import KnobValue, TrialResult, TrialSpec, replica_gpus
-from workers.engines import adapter_for
-from workers.pipeline import remeasure_search, warm_search
+from workers.pipeline import warm_search
+
+__all__ = ["HEARTBEAT_S", "STALE_AFTER_S", "TRANSIENT_STORAGE_ERRORS", "Budget", "Coordinator",
+           "SweepRunner", "new_coordinator_id"]
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT_S = 2.0
 STALE_AFTER_S = 15.0
 """A running sweep whose coordinator has not beaten for this long may be taken over
 (heartbeats come every few seconds, so this is several missed beats)."""
@@ -79,10 +87,6 @@ CLOCK_SKEW_WARN_S = 5.0
 times are on the database's clock, so the coordinator works, but its log's times are off."""
 
 ProgressFn = Callable[[dict[str, Any]], None]
-
-TRANSIENT_STORAGE_ERRORS: tuple[type[Exception], ...] = (StorageUnavailable,)
-"""The database (ours or Optuna's, the same server) is down or restarting: retry later.
-Optuna's storage translates its errors as the store does (``tuner.db.optuna_storage``)."""
 
 
 @dataclass
@@ -108,26 +112,9 @@ class Budget:
         return None
 
 
-@dataclass
-class _Attempt:
-    """A search trial in flight: its stored row and the proposal it answers."""
-
-    row: TrialRecord
-    proposal: Proposal
-
-
-@dataclass
-class _Baseline:
-    """A quality baseline in flight: its spec (as :mod:`tuner.baselines` keys it), which
-    baseline of the sweep it is, and which attempt."""
-
-    spec: TrialSpec
-    number: int
-    attempt: int = 1
-
-
 class SweepRunner:
-    """Runs one claimed sweep to its end (see the module docstring)."""
+    """Runs one claimed sweep to its end: wires the parts and runs the loop (see the
+    module docstring)."""
 
     def __init__(self, store: Store, sweep: SweepRecord, executor: TrialExecutor, *,
                  coordinator_id: str, database_url: str, share: GpuShare | None = None,
@@ -135,112 +122,60 @@ class SweepRunner:
                  sweep_log: SweepLog | None = None) -> None:
         if sweep.lease is None:
             raise ValueError(f"sweep {sweep.id} is not claimed: claim it before running it")
+        share = share or GpuShare(executor.gpu_count())
         self.store = store
         self.sweep = sweep
-        self.lease: Lease = sweep.lease
-        self.executor = executor
-        self.coordinator_id = coordinator_id
-        self.database_url = database_url
-        self.share = share or GpuShare(executor.gpu_count())
-        self.trials: TrialLauncher[_Attempt | _Baseline] = TrialLauncher(
-            executor, self.share, sweep.id)
-        """The search's trials (and quality baselines) in flight."""
-        self.on_progress = on_progress
-        self.sweep_log = sweep_log or SweepLog(None)
-        """One line per trial start and end and per phase (files and log shippers)."""
-        self._logged_phase: Phase | None = None
         self.space: SearchSpace = stored_space(sweep.space)
-        self._defaults = self.space.defaults()
         budget = dict(sweep.budget)
-        self.seed = int(budget.pop("seed", 0))
+        seed = int(budget.pop("seed", 0))
         self.budget = Budget(SweepBudget.model_validate(budget))
-        self.strategy: Strategy = self._strategy()
-        self.baselines: QualityBaselines[Proposal] = QualityBaselines(
-            self.space, sweep.id, max_parked=self.share.gpus)
-        self._ready: list[tuple[Proposal, TrialSpec]] = []
-        """Lossy proposals whose baseline answered, to launch before asking for more."""
-        self.results: list[tuple[TrialRecord, TrialResult]] = []
-        self.gpu_hours = 0.0
-        self.best: tuple[float, int] | None = None
-        self.since_improvement = 0
-        self.cancelled = False
-        self._last_beat = 0.0
-        self._durations: list[float] = []
-        self._deferred: tuple[Proposal, TrialSpec | None] | None = None
-        self._waiting_for_gpus = False
-        """The last launch stopped for GPUs other sweeps hold, not for want of proposals."""
-        self._waiting: dict[str, str] | None = None
-        """What the sweep waits for and since when, while nothing of it runs."""
-        self.confirmation: list[dict[str, Any]] = []
-        self.unconfirmed: str | None = None
-        # Finished trials whose recording waits for the database (it may be restarting):
-        # each item is a queue of steps, run in order, each retried until it succeeds.
-        self._outbox = Outbox(TRANSIENT_STORAGE_ERRORS, name=f"sweep {sweep.id}")
-        self._unrecorded = 0
-        self._outage: str | None = None
-        self.lease_lost = False
-        """Another coordinator took the sweep over: every write of this one stops."""
+        options = warm_start(store, sweep) if sweep.strategy == "twin" else {}
+        self.strategy: Strategy = make_strategy(sweep.strategy, self.space, seed=seed,
+                                                study=sweep_study(sweep, database_url),
+                                                **options)
+        self.queue = LaunchQueue(executor, share, self.space, sweep.id,
+                                 max_parallel=self.budget.limits.max_parallel,
+                                 coordinator_id=coordinator_id)
+        self.recorder = SweepRecorder(store, sweep.id, sweep.lease, worker=coordinator_id,
+                                      stop_trials=self.queue.trials.cancel_all)
+        self.tally = Tally()
+        self.log = SweepEvents(sweep_log or SweepLog(None), sweep.id, self.space.defaults())
+        """One line per trial start and end and per phase (files and log shippers)."""
+        self.on_progress = on_progress
 
-    # ---- setup --------------------------------------------------------------------
+    @property
+    def lease(self) -> Lease:
+        return self.recorder.lease
 
-    def _strategy(self) -> Strategy:
-        options = warm_start(self.store, self.sweep) if self.sweep.strategy == "twin" else {}
-        return make_strategy(self.sweep.strategy, self.space, seed=self.seed,
-                             study=sweep_study(self.sweep, self.database_url), **options)
-
-    def _resume(self) -> None:
-        study = self.strategy.study
-        orphans = self.store.recover_orphans(self.sweep.id, lease=self.lease)
-        running = {t.number: t for t in study.get_trials(
-            deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))}
-        for number in running:
-            # Asked by a coordinator that died before it finished them: failed in Optuna.
-            study.tell(number, state=optuna.trial.TrialState.FAIL)
-        for orphan in orphans:
-            study.enqueue_trial(orphan.params, skip_if_exists=False)
-            log.info("sweep %s: trial %s (attempt %s) was lost with its coordinator; "
-                     "re-enqueued", self.sweep.id, orphan.number, orphan.attempt)
-        stored = [(TrialSpec.model_validate(row.spec), TrialResult.model_validate(row.result))
-                  for row in self.store.list_trials(self.sweep.id, role="any").data
-                  if row.role != "search" and row.spec is not None and row.result is not None]
-        self.baselines.restore((spec, result) for spec, result in stored
-                               if spec.golden_reference is not None)
-        self.gpu_hours += sum(gpu_hours(result, spec.gpus) for spec, result in stored)
-        done = self.store.list_trials(self.sweep.id, status=["ok", "failed", "infeasible"])
-        known = []
-        for row in done.data:
-            if row.result is None:
-                continue
-            result = TrialResult.model_validate(row.result)
-            if result.failure == "worker_lost":
-                continue  # transient: not a fact about the configuration
-            known.append((row.params, result))
-            self._account(row, result, gpus=self._gpus_of(row.params))
-        self.strategy.restore(known)
+    @property
+    def lease_lost(self) -> bool:
+        return self.recorder.lease_lost
 
     # ---- the loop -----------------------------------------------------------------
 
     def run(self) -> SweepRecord:
-        self.share.join(self.sweep.id)
+        share = self.queue.trials.share
+        share.join(self.sweep.id)
         try:
-            self._resume()
-            self._say_phase(self.progress(phase="search"))
+            resume(self.store, self.sweep.id, self.lease, strategy=self.strategy,
+                   baselines=self.queue.baselines, tally=self.tally, gpus_of=self._gpus_of)
+            self.log.phase(self.progress(phase="search"))
             stop = self._search()
-            if not self.cancelled:
+            if not self.recorder.cancelled:
                 self._progress(phase="confirm", stop_reason=stop)
                 self._confirm()
             if self.lease_lost:
                 return self.store.get_sweep(self.sweep.id)
-            if self.cancelled:
+            if self.recorder.cancelled:
                 self._progress(phase="cancelled", stop_reason=stop)
                 return self.store.get_sweep(self.sweep.id)
             done = self.progress(phase="done", stop_reason=stop)
             final = self.store.update_sweep(self.sweep.id, status="done", stop_reason=stop,
                                             progress=done.stored(), lease=self.lease)
-            self._say_phase(done)
+            self.log.phase(done)
             return final
         except LeaseLost as exc:
-            self._fenced_out(exc)
+            self.recorder.fenced_out(exc)
             return self.store.get_sweep(self.sweep.id)
         except ExecutorLost as exc:
             if not self.lease_lost:
@@ -251,527 +186,181 @@ class SweepRunner:
                 self._abandon()
             raise
         finally:
-            self.share.leave(self.sweep.id)
+            share.leave(self.sweep.id)
 
     def _search(self) -> str:
         stop: str | None = None
+        trials = self.queue.trials
         while True:
             if not self._beat():
                 return "cancelled"
-            if not self._drain():
+            if not self.recorder.drain():
                 # The database is away: trials keep running, their results wait here.
-                if len(self.trials):
-                    for launched, result in self.trials.wait(HEARTBEAT_S):
+                if len(trials):
+                    for launched, result in trials.wait(HEARTBEAT_S):
                         self._finished(launched, result)
                 else:
                     time.sleep(HEARTBEAT_S / 2)
                 continue
             if self.lease_lost:
                 return "lease lost"
-            stop = stop or self.budget.stop_reason(
-                trials=self._trials_started(), gpu_hours=self.gpu_hours,
-                since_improvement=self.since_improvement)
-            if stop is None or self._unlaunched():
+            stop = stop or self._stop_reason()
+            if stop is None or self.queue.unlaunched():
                 try:
-                    self._launch(ask=stop is None)
+                    self.queue.launch(self, ask=stop is None)
                 except TRANSIENT_STORAGE_ERRORS as exc:
-                    self._note_outage(exc)
+                    self.recorder.note_outage(exc)
                     continue
-            if not len(self.trials):
+            if not len(trials):
                 # Trials recorded without running (infeasible) may have used the budget up.
-                stop = stop or self.budget.stop_reason(
-                    trials=self._trials_started(), gpu_hours=self.gpu_hours,
-                    since_improvement=self.since_improvement)
-                if self._unlaunched():
+                stop = stop or self._stop_reason()
+                if self.queue.unlaunched():
                     pass  # asked and counted: it runs once GPUs other sweeps hold free up
                 elif stop is not None:
                     return stop
                 elif self.strategy.done:
                     return self.strategy.stop_reason or "the strategy stopped"
-                elif self.strategy.pending == 0 and not self._launch() \
-                        and not self._waiting_for_gpus:
+                elif self.strategy.pending == 0 and not self.queue.launch(self) \
+                        and not self.queue.waiting_for_gpus:
                     return self.strategy.stop_reason or "nothing left to try"
-                if not len(self.trials):
-                    self._wait_for_gpus()  # a proposal waits for GPUs other sweeps hold
+                if not len(trials):
+                    self.queue.wait_for_gpus(self)  # a proposal waits for GPUs others hold
                     continue
-            for launched, result in self.trials.wait(HEARTBEAT_S):
+            for launched, result in trials.wait(HEARTBEAT_S):
                 self._finished(launched, result)
 
-    def _unlaunched(self) -> bool:
-        """Proposals asked for but not running yet — waiting for their quality baseline, or
-        for GPUs — which the sweep launches before it may end."""
-        return bool(self._ready) or self.baselines.parked > 0 or self._deferred is not None
+    def _stop_reason(self) -> str | None:
+        return self.budget.stop_reason(trials=self._trials_started(),
+                                       gpu_hours=self.tally.gpu_hours,
+                                       since_improvement=self.tally.since_improvement)
 
     def _trials_started(self) -> int:
         """Search trials asked for: finished, in flight, waiting for the database or for
         their quality baseline (a baseline itself is not a trial of the search)."""
-        in_flight = sum(isinstance(tag, _Attempt) for tag in self.trials.tags())
-        return (len(self.results) + in_flight + self._unrecorded + self.baselines.parked
-                + len(self._ready))
+        return len(self.tally.results) + self.queue.started() + self.recorder.unrecorded
 
-    def _launch(self, *, ask: bool = True) -> bool:
-        """Start what the budget, the GPUs and the strategy allow (``ask``: new proposals
-        too, not only those that waited for their baseline); True if anything did."""
-        self._waiting_for_gpus = False
-        launched = self._start_baselines()
-        limit = self.budget.limits.max_parallel
-        while True:
-            if limit is not None and len(self.trials) >= limit:
-                break
-            if self._deferred is None:
-                if not self.trials.has_room():
-                    self._waiting_for_gpus = True  # other sweeps of this coordinator hold them
-                    break
-                if self._ready:
-                    self._deferred = self._ready.pop(0)
-                else:
-                    if not ask or self._trials_started() >= self.budget.limits.max_trials:
-                        break
-                    proposal = self.strategy.ask()
-                    if proposal is None:
-                        break
-                    spec = None if proposal.preset is not None else self._spec(
-                        proposal.params, f"s{self.sweep.id}-t{proposal.number}-a1")
-                    # Held here until it is recorded: a database outage retries the same one.
-                    self._deferred = (proposal, spec)
-            proposal, spec = self._deferred
-            # Breaks a rule of the space, or needs more than any node will ever offer:
-            # recorded infeasible at once, never booted, never waited for.
-            known = proposal.preset if spec is None else self._never_placed(spec)
-            if known is not None:
-                row = self._start_trial(proposal, spec, attempt=1)
-                self._deferred = None
-                self._enqueue_record(row, proposal, known, 0)
-                self._drain()
-                launched = True
-                continue
-            assert spec is not None  # only a preset proposal comes without one
-            ready = self.baselines.ready(spec)
-            if ready is None:
-                # Lossy, and the sweep's baseline has not answered yet: it waits for it.
-                if not self.baselines.park(proposal, spec):
-                    break  # enough wait already: ask for nothing more until it answers
-                self._deferred = None
-                launched = self._start_baselines() or launched
-                continue
-            spec = ready
-            if not self.trials.reserve(spec):
-                self._waiting_for_gpus = True  # held until a GPU group of its size is free
-                break
-            try:
-                row = self._start_trial(proposal, spec, attempt=1)
-            except BaseException:
-                self.trials.unreserve(spec)
-                raise
-            self._deferred = None
-            self.trials.submit(spec, _Attempt(row, proposal))
-            launched = True
-        if launched and self._waiting is not None:
-            self._waiting = None
-            self._progress(phase="search")
-        return launched
+    # ---- what the launch queue asks of the runner (LaunchHooks) ---------------------
 
-    def _wait_for_gpus(self) -> None:
-        """Nothing of this sweep runs: say so in its progress (once), and wait a little."""
-        if self._waiting is None:
-            gpus = self._deferred[1].gpus if self._deferred and self._deferred[1] else 1
-            self._waiting = {"for": f"{gpus} GPU(s), held by other sweeps of coordinator "
-                                    f"{self.coordinator_id}",
-                             "since": datetime.now(UTC).isoformat()}
-            self._progress(phase="search")
-        time.sleep(0.2)
+    def propose(self) -> tuple[Proposal, TrialSpec | None] | None:
+        """The strategy's next proposal and its spec, while the trial budget allows."""
+        if self._trials_started() >= self.budget.limits.max_trials:
+            return None
+        proposal = self.strategy.ask()
+        if proposal is None:
+            return None
+        return proposal, None if proposal.preset is not None else self._spec(
+            proposal.params, f"s{self.sweep.id}-t{proposal.number}-a1")
 
-    def _start_baselines(self) -> bool:
-        """Start the quality baselines lossy proposals wait for, as GPUs allow."""
-        started = False
-        for spec in self.baselines.to_start():
-            number = self.baselines.next_number
-            spec = spec.model_copy(update={"trial_id": f"s{self.sweep.id}-baseline{number}-a1"})
-            never = self._never_placed(spec)
-            if never is not None:  # its lossy trials learn why, and are not held forever
-                self.baselines.started(spec)
-                self._ready.extend(self.baselines.finished(spec, never))
-                started = True
-                continue
-            if not self.trials.reserve(spec):
-                self._waiting_for_gpus = True
-                break
-            self.baselines.started(spec)
-            self.trials.submit(spec, _Baseline(spec, number))
-            started = True
-        return started
-
-    def _never_placed(self, spec: TrialSpec) -> TrialResult | None:
-        """The infeasible result of a ``spec`` that can never run here (None: it can, now
-        or once GPUs free up)."""
-        reason = self.trials.never_placed(spec)
-        return None if reason is None else unplaceable_result(spec.trial_id, reason)
-
-    def _start_trial(self, proposal: Proposal, spec: TrialSpec | None, *,
-                     attempt: int) -> TrialRecord:
+    def start_trial(self, proposal: Proposal, spec: TrialSpec | None, *,
+                    attempt: int) -> TrialRecord:
         try:
-            row = self.store.start_trial(self.sweep.id, number=proposal.number,
-                                         params=proposal.params, spec=spec, attempt=attempt,
-                                         worker=self.coordinator_id, lease=self.lease)
+            row = self.recorder.start_trial(proposal.number, proposal.params, spec, attempt)
         except LeaseLost:
             if attempt == 1:  # asked but never recorded: Optuna must not keep it RUNNING
                 self.strategy.withdraw(proposal)
             raise
-        self.sweep_log.trial_started(self.sweep.id, proposal.number,
-                                     self._delta(proposal.params), attempt=attempt)
+        self.log.trial_started(proposal.number, proposal.params, attempt=attempt)
         return row
 
-    def _finished(self, launched: Launched[_Attempt | _Baseline], result: TrialResult) -> None:
+    def waiting_changed(self) -> None:
+        self._progress(phase="search")
+
+    # ---- results ------------------------------------------------------------------
+
+    def _finished(self, launched: Launched[Attempt | Baseline], result: TrialResult) -> None:
         run, gpus = launched.tag, launched.spec.gpus
-        if isinstance(run, _Baseline):
-            self._baseline_finished(run, launched.spec, result)
-            return
-        retry = retry_as(result, run.row.attempt)
-        if retry is not None:
+        if isinstance(run, Baseline):
+            # Stored as its row; a lost worker's is run again by the queue.
+            self.tally.spent(result, gpus)
+            stored = self.queue.baseline_finished(run, launched.spec, result)
+            self.recorder.record(role="baseline", number=run.number, attempt=run.attempt,
+                                 params={}, spec=launched.spec, result=stored)
+        elif (retry := retry_as(result, run.row.attempt)) is not None:
             # Says nothing about the configuration: record this attempt, run it again.
-            self.sweep_log.trial_ended(self.sweep.id, run.proposal.number,
-                                       self._delta(run.proposal.params), retry, None,
-                                       attempt=run.row.attempt, retried=True)
-            self.gpu_hours += gpu_hours(retry, gpus)
-            self._outbox.add(
+            self.log.trial_ended(run.proposal.number, run.proposal.params, retry, None,
+                                 attempt=run.row.attempt, retried=True)
+            self.tally.spent(retry, gpus)
+            self.recorder.add(
                 lambda: self.store.finish_trial(run.row.id, retry, lease=self.lease),
-                lambda: self._relaunch(launched))
+                lambda: self.queue.relaunch(self, launched))
         else:
-            self._enqueue_record(run.row, run.proposal, result, gpus)
-        self._drain()
+            self.record(run.row, run.proposal, result, gpus)
+            return
+        self.recorder.drain()
 
-    def _baseline_finished(self, run: _Baseline, spec: TrialSpec, result: TrialResult) -> None:
-        """Store the baseline's boot as its row; a lost worker's is run again, else the
-        lossy proposals that waited for it go first in line (answers or no answers)."""
-        self.gpu_hours += gpu_hours(result, spec.gpus)
-        retry = retry_as(result, run.attempt)
-        stored = retry if retry is not None else result
-        self._outbox.add(lambda: self.store.record_trial(
-            self.sweep.id, role="baseline", number=run.number, attempt=run.attempt,
-            params={}, spec=spec, result=stored, worker=self.coordinator_id, lease=self.lease))
-        if retry is not None:
-            again = spec.model_copy(update={
-                "trial_id": f"s{self.sweep.id}-baseline{run.number}-a{run.attempt + 1}"})
-            self.trials.resubmit(again, _Baseline(again, run.number, run.attempt + 1))
-        else:
-            self._ready.extend(self.baselines.finished(spec, result))
-        self._drain()
-
-    def _relaunch(self, launched: Launched[_Attempt | _Baseline]) -> None:
-        assert isinstance(launched.tag, _Attempt)
-        proposal = launched.tag.proposal
-        attempt = launched.tag.row.attempt + 1
-        spec = launched.spec.model_copy(update={
-            "trial_id": f"s{self.sweep.id}-t{proposal.number}-a{attempt}"})
-        row = self._start_trial(proposal, spec, attempt=attempt)
-        self.trials.resubmit(spec, _Attempt(row, proposal))
-
-    def _enqueue_record(self, row: TrialRecord, proposal: Proposal, result: TrialResult,
-                        gpus: int) -> None:
-        """Store the result, tell the strategy, account: each step retried until done."""
-        self._unrecorded += 1
+    def record(self, row: TrialRecord, proposal: Proposal, result: TrialResult,
+               gpus: int = 0) -> None:
+        """Store a search result, tell the strategy, account: each step retried until
+        done, as far as the database allows now."""
+        self.recorder.unrecorded += 1
         stored: list[TrialRecord] = []
 
         def account() -> None:
-            self._unrecorded -= 1
-            self._account(stored[0], result, gpus)
-            self._sync_cards()
+            self.recorder.unrecorded -= 1
+            self.tally.account(stored[0], result, gpus)
+            sync_cards(self.store, self.sweep.id, self.strategy.cards, lease=self.lease)
             progress = self._progress(phase="search")
-            self.sweep_log.trial_ended(self.sweep.id, proposal.number,
-                                       self._delta(proposal.params), result, progress,
-                                       best_trial=self._best_number(),
-                                       attempt=row.attempt)
+            self.log.trial_ended(proposal.number, proposal.params, result, progress,
+                                 best_trial=self.tally.best_number(), attempt=row.attempt)
 
-        self._outbox.add(
+        self.recorder.add(
             lambda: stored.append(self.store.finish_trial(row.id, result, lease=self.lease)),
             lambda: self.strategy.tell(proposal, result),
             account,
         )
-
-    def _drain(self) -> bool:
-        """Run what waits in the outbox; False while the database is still away."""
-        try:
-            outage = self._outbox.drain(stopped=lambda: self.lease_lost)
-        except LeaseLost as exc:
-            self._fenced_out(exc)
-            return True
-        if outage is not None:
-            self._note_outage(outage)
-            return False
-        if self._outage is not None and not self.lease_lost:
-            log.warning("sweep %s: the database is back; recorded what waited",
-                        self.sweep.id)
-            self._outage = None
-        return True
-
-    def _fenced_out(self, exc: LeaseLost) -> None:
-        """The sweep was claimed again: stop its trials here, drop what waits, write nothing."""
-        if not self.lease_lost:
-            log.warning("sweep %s: this coordinator lost its lease (%s); stopping without "
-                        "touching the sweep, %d unrecorded result(s) dropped",
-                        self.sweep.id, exc, self._unrecorded + len(self._outbox))
-        self.lease_lost = self.cancelled = True
-        self._stop_trials()
-        self._outbox.clear()
-
-    def _stop_trials(self) -> None:
-        """Cancel every trial this runner has in flight (their engines die with them)."""
-        self.trials.cancel_all()
-
-    def _note_outage(self, exc: Exception) -> None:
-        reason = describe(exc)
-        if self._outage is None:
-            log.warning("sweep %s: database unavailable (%s); results are kept and written "
-                        "once it is back", self.sweep.id, reason[:200])
-        self._outage = reason
-
-    def _account(self, row: TrialRecord, result: TrialResult, gpus: int) -> None:
-        self.results.append((row, result))
-        self.gpu_hours += gpu_hours(result, gpus)
-        if result.status == "ok" and result.timings.total_s:
-            self._durations.append(result.timings.total_s)
-        improved = result.status == "ok" and result.objective > 0 and (
-            self.best is None or result.objective > self.best[0] * (1 + NOISE_TOLERANCE))
-        if improved:
-            self.best = (result.objective, row.id)
-            self.since_improvement = 0
-        else:
-            if (result.status == "ok" and self.best is not None
-                    and result.objective > self.best[0]):
-                self.best = (result.objective, row.id)  # better, but within noise
-            self.since_improvement += 1
+        self.recorder.drain()
 
     def _gpus_of(self, params: dict[str, KnobValue]) -> int:
         return replica_gpus(self.space.flags(params))
 
     def _spec(self, params: dict[str, KnobValue], trial_id: str, **overrides: Any) -> TrialSpec:
-        if self.space.mode == "capacity" and self.best is not None and "capacity" not in overrides:
+        best = self.tally.best
+        if self.space.mode == "capacity" and best is not None and "capacity" not in overrides:
             # The capacity search starts from the best capacity per GPU so far (the
             # objective in capacity mode), which is all it needs of the sweep.
-            overrides["capacity"] = warm_search(self.space.capacity, self.best[0],
+            overrides["capacity"] = warm_search(self.space.capacity, best[0],
                                                 self._gpus_of(params))
         return self.space.to_trial_spec(params, trial_id, **overrides)
 
-    # ---- confirmation -------------------------------------------------------------
-
     def _confirm(self) -> None:
-        """Re-run the top configurations (:mod:`tuner.confirmation`); store what won."""
-        limits = self.budget.limits
-        chosen = top_configurations([(row.params, res) for row, res in self.results],
-                                    limits.confirm_top)
-        if not chosen:
-            return
-        top = [self.results[i][0] for i in chosen]
-        found = [self.results[i][1].capacity for i in chosen]
+        """Re-run the top configurations (:mod:`tuner.confirming`); keep what won."""
+        trials = self.queue.trials
+        SweepConfirmation(self.recorder, self.log, self.strategy, self.tally,
+                          self.queue.baselines, self._spec, self.space.capacity,
+                          ).run(TrialLauncher(trials.executor, trials.share, self.sweep.id),
+                                self.budget.limits, keep_going=self._beat)
 
-        def record(slot: Slot, attempt: int, spec: TrialSpec, result: TrialResult) -> None:
-            row = top[slot[0]]
-            self.sweep_log.trial_ended(
-                self.sweep.id, row.number, self._delta(row.params), result, None,
-                attempt=attempt, repeat=slot[1] + 1,
-                retried=retry_as(result, attempt) is not None)
-            self._outbox.add(lambda: self.store.record_trial(
-                self.sweep.id, role="repeat", number=row.number, repeat=slot[1] + 1,
-                repeat_of=row.id, attempt=attempt, params=row.params, spec=spec,
-                result=result, worker=self.coordinator_id, lease=self.lease))
-            self.strategy.observe_repeat(row.params, result)
-            self._drain()
-
-        done, attempts = self._stored_repeats(top)
-        for (i, _), result in done.items():
-            self.strategy.observe_repeat(top[i].params, result)
-        def started(slot: Slot, attempt: int) -> None:
-            row = top[slot[0]]  # handed to the launcher: its GPUs are held
-            self.sweep_log.trial_started(self.sweep.id, row.number,
-                                         self._delta(row.params), attempt=attempt,
-                                         repeat=slot[1] + 1)
-
-        phase = ConfirmationPhase(TrialLauncher(self.executor, self.share, self.sweep.id),
-                                  lambda i, r, a: self._repeat_spec(top[i], r, a, found[i]),
-                                  repeats=limits.confirm_repeats, record=record,
-                                  started=started, done=done, attempts=attempts)
-        try:
-            outcome = phase.run([row.params for row in top], keep_going=self._beat)
-        finally:
-            self.gpu_hours += phase.gpu_hours
-        while not self._drain() and not self.lease_lost:
-            time.sleep(HEARTBEAT_S)  # every repeat is stored before the winner is named
-        if outcome is None or outcome.winner is None:
-            return
-        winner = top[outcome.winner]
-        if outcome.held:
-            # Confirmed only when the repeats hold the SLO: a lucky search run is not.
-            self.store.mark_confirmed(winner.id, repeats=limits.confirm_repeats,
-                                      lease=self.lease)
-            self.best = (outcome.mean, winner.id)
-        else:
-            self.best = None
-            self.unconfirmed = ("the best configurations did not hold the SLO when re-run "
-                                f"({limits.confirm_repeats} repeats each): their search "
-                                "results were not reproducible")
-        self.confirmation = [{"trial_id": top[row.pop("candidate")].id, **row}
-                             for row in outcome.table]
-
-    def _stored_repeats(self, top: list[TrialRecord]
-                        ) -> tuple[dict[Slot, TrialResult], dict[Slot, int]]:
-        """Repeats of ``top`` a previous coordinator of this sweep stored: the results that
-        stand, and the attempts made per slot (so new attempts do not reuse a number)."""
-        index = {row.id: i for i, row in enumerate(top)}
-        done: dict[Slot, TrialResult] = {}
-        attempts: dict[Slot, int] = {}
-        for row in self.store.list_trials(self.sweep.id, role="repeat").data:
-            if row.repeat_of not in index or row.result is None:
-                continue
-            slot = (index[row.repeat_of], row.repeat - 1)
-            attempts[slot] = max(attempts.get(slot, 0), row.attempt)
-            result = TrialResult.model_validate(row.result)
-            if retry_as(result, row.attempt) is None:  # it stood, as it would have here
-                done[slot] = result
-        return done, attempts
-
-    def _repeat_spec(self, row: TrialRecord, repeat: int, attempt: int,
-                     capacity: float | None) -> TrialSpec:
-        overrides: dict[str, Any] = {}
-        if capacity:  # re-measured around what the first run found
-            overrides["capacity"] = remeasure_search(self.space.capacity, capacity)
-        spec = self._spec(row.params,
-                          f"s{self.sweep.id}-t{row.number}-confirm{repeat}-a{attempt}",
-                          **overrides)
-        # A lossy configuration is checked against the sweep's baseline, as in the search.
-        spec = self.baselines.ready(spec) or spec
-        return adapter_for(spec.engine).repeat_spec(spec, repeat)
-
-    # ---- bookkeeping --------------------------------------------------------------
-
-    def _beat(self) -> bool:
-        """Heartbeat the sweep and its running trials; False once the sweep is cancelled."""
-        now = time.monotonic()
-        if now - self._last_beat < HEARTBEAT_S and not self.cancelled:
-            return True
-        self._last_beat = now
-        if self.lease_lost:
-            return False
-        try:
-            self.store.heartbeat_sweep(self.lease)
-        except TRANSIENT_STORAGE_ERRORS as exc:
-            self._note_outage(exc)
-            return True
-        except LeaseLost as exc:
-            self._fenced_out(exc)  # another coordinator owns it now: touch nothing of its
-            return False
-        except Conflict:  # cancelled (or finished) under this lease: stop, leave it resumable
-            self.cancelled = True
-            self._stop_trials()
-            self.store.recover_orphans(self.sweep.id, lease=self.lease)
-            return False
-        try:
-            for run in self.trials.tags():
-                if isinstance(run, _Attempt):  # a baseline's row is written when it ends
-                    self.store.heartbeat_trial(run.row.id, lease=self.lease)
-        except TRANSIENT_STORAGE_ERRORS as exc:
-            self._note_outage(exc)
-        except LeaseLost as exc:
-            self._fenced_out(exc)
-            return False
-        return True
-
-    def _sync_cards(self) -> None:
-        cards = self.strategy.cards
-        if not cards:
-            return
-        stored = {c.step: c for c in self.store.list_cards(self.sweep.id)}
-        for card in cards:
-            data = card.to_dict()
-            existing = stored.get(card.step)
-            if existing is None:
-                existing = self.store.add_card(
-                    self.sweep.id, step=card.step, symptom=card.symptom,
-                    evidence=card.evidence, hypothesis=card.hypothesis,
-                    variable=card.variable, values=list(card.values),
-                    expected_direction=card.expected, controls=card.controls,
-                    stop_condition=card.stop_condition, lease=self.lease)
-            if card.verdict is not None and existing.verdict is None:
-                self.store.resolve_card(existing.id, result={
-                    "summary": card.result, "results": data["results"],
-                    "baseline_value": card.baseline_value}, verdict=card.verdict,
-                    rollback=card.rollback or None, values=list(card.values),
-                    lease=self.lease)
+    # ---- progress and bookkeeping -------------------------------------------------
 
     def progress(self, *, phase: Phase, stop_reason: str | None = None) -> SweepProgress:
-        statuses = [res.status for _, res in self.results]
-        remaining = max(0, self.budget.limits.max_trials - self._trials_started())
-        parallel = max(1, min(self.share.gpus, self.budget.limits.max_parallel or 10**6))
-        mean = sum(self._durations) / len(self._durations) if self._durations else None
-        eta = None if mean is None else (
-            math.ceil((remaining + len(self.trials)) / parallel) * mean)
-        best_row = next((row for row, _ in self.results
-                         if self.best is not None and row.id == self.best[1]), None)
-        return SweepProgress.model_validate({
-            "phase": phase, "trials": self._trials_started(),
-            "done": sum(s == "ok" for s in statuses), "running": len(self.trials),
-            "failed": sum(s == "failed" for s in statuses),
-            "infeasible": sum(s == "infeasible" for s in statuses),
-            "max_trials": self.budget.limits.max_trials,
-            "best_objective": self.best[0] if self.best else None,
-            "best_trial_id": self.best[1] if self.best else None,
-            "best_params": best_row.params if best_row else None,
-            "gpu_hours": round(self.gpu_hours, 4), "eta_s": eta,
-            "updated_at": datetime.now(UTC).isoformat(),
-            "stop_reason": stop_reason,
-            "confirmation": self.confirmation,
-            "unconfirmed": self.unconfirmed,
-            "waiting": self._waiting if phase == "search" else None,
-            "twin": (self.strategy.summary() if isinstance(self.strategy, TwinStrategy)
-                     else None),
-        })
+        limits = self.budget.limits
+        return sweep_progress(
+            phase, self.tally, started=self._trials_started(),
+            running=len(self.queue.trials), max_trials=limits.max_trials,
+            parallel=self.queue.parallel(), stop_reason=stop_reason, waiting=self.queue.waiting,
+            twin=self.strategy.summary() if isinstance(self.strategy, TwinStrategy) else None)
 
     def _progress(self, *, phase: Phase, stop_reason: str | None = None
                   ) -> SweepProgress | None:
         """Store and publish the progress; the progress, None when the lease is lost."""
         typed = self.progress(phase=phase, stop_reason=stop_reason)
         progress = typed.stored()
-        if self.lease_lost:
+        if not self.recorder.store_progress(progress):
             return None
-        try:
-            self.store.update_sweep(self.sweep.id, progress=progress, lease=self.lease)
-        except LeaseLost as exc:
-            self._fenced_out(exc)
-            return None
-        except Conflict:
-            self.cancelled = True
-        except TRANSIENT_STORAGE_ERRORS as exc:
-            self._note_outage(exc)  # progress is rewritten whole at the next update
         if self.on_progress is not None:
             self.on_progress(progress)
-        self._say_phase(typed)
+        self.log.phase(typed)
         return typed
 
-    def _say_phase(self, progress: SweepProgress) -> None:
-        """One log line when the phase changes (search, confirm, done, cancelled)."""
-        if progress.phase != self._logged_phase:
-            self._logged_phase = progress.phase
-            self.sweep_log.phase(self.sweep.id, progress)
-
-    def _delta(self, params: dict[str, KnobValue]) -> dict[str, KnobValue]:
-        return config_delta(params, self._defaults)
-
-    def _best_number(self) -> int | None:
-        """The trial number (not the row id) of the best result so far."""
-        if self.best is None:
-            return None
-        return next((row.number for row, _ in self.results if row.id == self.best[1]), None)
+    def _beat(self) -> bool:
+        """Heartbeat the sweep and its running trials; False once the sweep is cancelled."""
+        return self.recorder.beat(self.queue.running_rows())
 
     def _abandon(self, reason: str = "coordinator stopped; resume it") -> None:
-        """An error or an interrupt in this process: stop its trials, leave it resumable."""
-        self._stop_trials()
-        try:
-            self.store.recover_orphans(self.sweep.id, lease=self.lease)
-            self.store.update_sweep(self.sweep.id, status="failed", stop_reason=reason,
-                                    lease=self.lease)
-        except LeaseLost as exc:
-            self._fenced_out(exc)
-        except Exception:  # already failing: the original error is the one that matters
-            log.exception("sweep %s: could not record the stop", self.sweep.id)
+        """An error or an interrupt in this process: stop its trials (their engines die
+        with them), leave it resumable."""
+        self.queue.trials.cancel_all()
+        self.recorder.abandon(reason)
 
 
 def new_coordinator_id() -> str:

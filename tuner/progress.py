@@ -1,6 +1,7 @@
 """A sweep's progress, typed: what the coordinator writes and the CLI, API and dashboard read.
 
-The coordinator builds a :class:`SweepProgress` and stores :meth:`SweepProgress.stored`
+The coordinator builds a :class:`SweepProgress` (:func:`sweep_progress`, from its tally
+and what runs) and stores :meth:`SweepProgress.stored`
 (JSON, unset fields left out) in ``sweeps.progress``; readers parse it back with
 :meth:`SweepProgress.of`, which tolerates what older versions stored (unknown keys are
 ignored, missing ones take their defaults). The API serves it under ``progress`` with
@@ -9,13 +10,19 @@ this schema; the dashboard reads the same JSON.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from typing import Any, Literal
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-__all__ = ["ConfirmationRun", "ConfirmedCandidate", "Phase", "SweepProgress", "TwinCallView",
-           "TwinFit", "TwinProgress", "TwinRanked", "Waiting"]
+if TYPE_CHECKING:  # the readers of a progress need none of the runner's parts
+    from tuner.tally import Tally
+
+__all__ = ["ConfirmationRun", "ConfirmedCandidate", "Phase", "SweepProgress",
+           "TwinCallView", "TwinFit", "TwinProgress", "TwinRanked", "Waiting",
+           "sweep_progress"]
 
 Phase = Literal["queued", "search", "confirm", "done", "cancelled"]
 
@@ -159,3 +166,31 @@ class SweepProgress(_Read):
 
 
 _ONLY_WHEN_SET = ("stop_reason", "confirmation", "unconfirmed", "waiting", "twin")
+
+
+def sweep_progress(phase: Phase, tally: Tally, *, started: int, running: int,
+                   max_trials: int, parallel: int, stop_reason: str | None = None,
+                   waiting: Mapping[str, str] | None = None,
+                   twin: Mapping[str, Any] | None = None) -> SweepProgress:
+    """A runner's progress: its ``tally``, the trials ``started`` (finished, running or
+    waiting) and ``running``, and an ETA of the trials left at ``parallel`` at a time."""
+    remaining = max(0, max_trials - started)
+    mean = tally.mean_duration()
+    eta = None if mean is None else math.ceil((remaining + running) / parallel) * mean
+    best_row = tally.best_row()
+    return SweepProgress.model_validate({
+        "phase": phase, "trials": started,
+        "done": tally.count("ok"), "running": running,
+        "failed": tally.count("failed"), "infeasible": tally.count("infeasible"),
+        "max_trials": max_trials,
+        "best_objective": tally.best[0] if tally.best else None,
+        "best_trial_id": tally.best[1] if tally.best else None,
+        "best_params": best_row.params if best_row else None,
+        "gpu_hours": round(tally.gpu_hours, 4), "eta_s": eta,
+        "updated_at": datetime.now(UTC).isoformat(),
+        "stop_reason": stop_reason,
+        "confirmation": tally.confirmation,
+        "unconfirmed": tally.unconfirmed,
+        "waiting": waiting if phase == "search" else None,
+        "twin": twin,
+    })

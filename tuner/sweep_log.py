@@ -33,7 +33,7 @@ from typing import Any, Literal, TextIO
 from tuner.progress import SweepProgress
 from workers.contracts import KnobValue, TrialResult
 
-__all__ = ["LOG_FORMATS", "LogFormat", "SweepLog", "config_delta"]
+__all__ = ["LOG_FORMATS", "LogFormat", "SweepEvents", "SweepLog", "config_delta"]
 
 LogFormat = Literal["text", "json"]
 LOG_FORMATS: tuple[LogFormat, ...] = ("text", "json")
@@ -124,6 +124,38 @@ class SweepLog:
         with self._lock:
             self.stream.write(line + "\n")
             self.stream.flush()  # a file's reader (tail -f) sees each trial as it ends
+
+
+class SweepEvents:
+    """One sweep's events in a :class:`SweepLog`: the sweep and its space's defaults bound
+    (a trial is logged by its params, written as their delta), and a phase said once, when
+    it changes."""
+
+    def __init__(self, log: SweepLog, sweep_id: int,
+                 defaults: Mapping[str, KnobValue]) -> None:
+        self.log = log
+        self.sweep_id = sweep_id
+        self.defaults = defaults
+        self._phase: str | None = None
+
+    def trial_started(self, number: int, params: Mapping[str, KnobValue], *,
+                      attempt: int = 1, repeat: int | None = None) -> None:
+        self.log.trial_started(self.sweep_id, number, config_delta(params, self.defaults),
+                               attempt=attempt, repeat=repeat)
+
+    def trial_ended(self, number: int, params: Mapping[str, KnobValue], result: TrialResult,
+                    progress: SweepProgress | None, *, best_trial: int | None = None,
+                    attempt: int = 1, repeat: int | None = None,
+                    retried: bool = False) -> None:
+        self.log.trial_ended(self.sweep_id, number, config_delta(params, self.defaults),
+                             result, progress, best_trial=best_trial, attempt=attempt,
+                             repeat=repeat, retried=retried)
+
+    def phase(self, progress: SweepProgress) -> None:
+        """One line when the phase changes (search, confirm, done, cancelled)."""
+        if progress.phase != self._phase:
+            self._phase = progress.phase
+            self.log.phase(self.sweep_id, progress)
 
 
 def _which(number: int, attempt: int, repeat: int | None) -> str:

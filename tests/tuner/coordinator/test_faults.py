@@ -459,10 +459,9 @@ def test_a_stalled_owner_that_wakes_after_a_takeover_touches_nothing_of_its_succ
     # The old owner wakes up: its late result is refused and dropped, its heartbeat finds
     # the lease gone, and it stops without recovering orphans of a sweep it lost.
     late = TrialResult(trial_id="late", status="ok", objective=3.0)
-    stalled._outbox.add(lambda: store.finish_trial(mine.id, late, lease=stalled.lease))
-    assert stalled._drain() and stalled.lease_lost
-    stalled._last_beat = 0.0
-    assert stalled._beat() is False
+    stalled.recorder.add(lambda: store.finish_trial(mine.id, late, lease=stalled.lease))
+    assert stalled.recorder.drain() and stalled.lease_lost
+    assert stalled._beat() is False  # never throttled once the lease is lost
     rows = {t.number: t for t in store.list_trials(sweep.id).data}
     assert rows[0].status == "lost" and rows[0].objective is None  # dropped, not kept twice
     assert rows[1].id == theirs.id and rows[1].status == "running"  # the successor's, intact
