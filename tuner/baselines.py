@@ -11,8 +11,8 @@ resumed sweep reads them back from its stored baseline rows.
 
 :class:`QualityBaselines` keeps the book: which references are known, which baselines
 are to start or running, and the lossy proposals parked until theirs is known. Launching
-and storing stay the runner's (:mod:`tuner.coordinator`); nothing here touches the
-executor or the database.
+is the launch queue's (:mod:`tuner.launch_queue`), storing the runner's
+(:mod:`tuner.coordinator`); nothing here touches the executor or the database.
 """
 
 from __future__ import annotations

@@ -7,11 +7,11 @@ repeats share the GPUs like any trial, and a lost worker or a distorted run is r
 as in the search). :func:`tuner.strategies.confirm` then picks the best lower confidence
 bound; a winner whose bound is not above zero did not hold and is not confirmed.
 
-Every attempt is handed to ``record`` as it ends (the runner stores it as a ``repeat``
-row linked to the trial it re-runs: a repeat costs a full boot, and its timings, metrics
-and engine facts are kept like any trial's); repeats a resumed sweep already stored come
-in as ``done`` and are not run again. Storing is the runner's job: nothing here touches
-the database.
+Every attempt is handed to ``record`` as it ends (:mod:`tuner.confirming` stores it as a
+``repeat`` row linked to the trial it re-runs: a repeat costs a full boot, and its
+timings, metrics and engine facts are kept like any trial's); repeats a resumed sweep
+already stored come in as ``done`` and are not run again. Storing is the sweep's side
+(:mod:`tuner.confirming`): nothing here touches the database.
 
 The winner is the candidate with the highest lower confidence bound of its objective,
 mean − z·stdev/√n (:func:`choose`): one lucky run should not crown a configuration, and
