@@ -212,7 +212,7 @@ def probe_medians(score: Score) -> dict[str, float]:
 def probe_measurement(spec: TrialSpec, measured: Measured) -> dict[str, Any]:
     """What a capacity probe keeps of its run beyond its own gate: percentiles of every
     metric, throughputs, errors, the client's lag — enough to gate it under another SLO
-    later (:mod:`tuner.rescore`) and to place it on the frontier."""
+    later (:mod:`tuner.planning.rescore`) and to place it on the frontier."""
     run, sc = measured.run, measured.score
     return {
         "percentiles_ms": gate_percentiles(sc.per_request,

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.procscan import engine_pids
-from tuner.launcher import retry_as
+from tuner.sweep.launcher import retry_as
 from workers.contracts import (
     SLO,
     CapacitySearch,

@@ -16,7 +16,7 @@ import pytest
 
 from tests.procscan import engine_pids
 from tests.workers.raycluster import LocalRayCluster, joined_cluster
-from tuner.executors import RayExecutor
+from tuner.sweep.executors import RayExecutor
 from workers.contracts import SLO, SimOptions, TrialResult, TrialSpec
 from workers.loadgen import load_workload
 

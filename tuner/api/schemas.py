@@ -21,10 +21,10 @@ from tuner.db.records import (
     TrialRecord,
     WorkloadRecord,
 )
-from tuner.planner import DEFAULT_HEADROOM, Basis, CapacityOption, CapacityPlan, Remeasure
-from tuner.progress import SweepProgress
-from tuner.rescore import Confidence
+from tuner.planning.planner import DEFAULT_HEADROOM, Basis, CapacityOption, CapacityPlan, Remeasure
+from tuner.planning.rescore import Confidence
 from tuner.settings import GpuName, GpuPrice
+from tuner.sweep.progress import SweepProgress
 from workers.engines.vllm import vllm_command
 
 __all__ = [

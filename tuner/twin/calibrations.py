@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from tuner.db.records import SweepRecord
-from tuner.progress import SweepProgress
-from tuner.store import Store
+from tuner.db.store import Store
+from tuner.sweep.progress import SweepProgress
 
 __all__ = ["warm_start"]
 

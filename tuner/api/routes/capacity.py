@@ -12,9 +12,9 @@ from tuner.api.deps import SettingsDep, StoreDep
 from tuner.api.errors import ERROR_RESPONSES
 from tuner.api.params import canonical_slo
 from tuner.api.schemas import CapacityIn, CapacityOut
-from tuner.planner import plan_capacity
+from tuner.db.store import Store
+from tuner.planning.planner import plan_capacity
 from tuner.settings import Settings
-from tuner.store import Store
 
 __all__ = ["answer", "router"]
 
