@@ -1,7 +1,7 @@
 """Sweep GPU utilisation: of the GPU time a sweep holds, how much is spent measuring?
 
 Runs a real sweep of the simulated engine on a local Ray with two simulated GPUs
-(:class:`~tuner.executors.RayExecutor`, the coordinator of :mod:`tuner.sweep.coordinator`, a
+(:class:`~tuner.sweep.executors.RayExecutor`, the coordinator of :mod:`tuner.sweep.coordinator`, a
 temporary SQLite database): the shipped ``lab`` space, its workload shortened to
 ``--prompts`` requests at 4 req/s, the engine at ``--time-scale`` 2, ``--trials`` trials,
 no confirmation. Then it reads each trial's stored ``timings`` and splits the GPU time

@@ -2,7 +2,7 @@
 
 "Given p99 TTFT ≤ 300 ms and TPOT ≤ 50 ms at 20 req/s, how do we serve the most traffic
 and how many instances do we need?" A capacity-mode sweep measured what one replica of
-each configuration carries; the capacity planner (:func:`tuner.planner.plan_capacity`,
+each configuration carries; the capacity planner (:func:`tuner.planning.planner.plan_capacity`,
 the same one ``slotune plan`` and ``POST /api/v1/capacity`` ask) sizes the workload's
 own rate from it, with its default headroom and the configured GPU prices. The terminal
 (``sweep run``) and the report lead with the same sentence.

@@ -11,7 +11,7 @@ every configuration (search runs and confirmation repeats) as a :class:`Frontier
   1% of requests, so the SLO's TPOT target is a horizontal line on the chart;
 * **throughput per GPU** — the replica's output tokens/s ÷ its GPUs (TP × PP), and, where
   the GPU is priced, output tokens per US dollar;
-* whether the probe meets the SLO (:func:`tuner.rescore.probe_verdict`, the one place
+* whether the probe meets the SLO (:func:`tuner.planning.rescore.probe_verdict`, the one place
   that gates a stored probe), whether it is on the Pareto frontier (no other point has
   both more interactivity and more throughput per GPU: :func:`pareto_front`), and which
   one is the **winner** — the best-config view's trial for this SLO at the highest rate at
@@ -103,7 +103,7 @@ class CapacityGrid(BaseModel):
     ttft_ms: list[float]
     per_gpu: list[list[float | None]]
     confidence: list[list[str | None]]
-    """``high``/``medium``/``low`` per cell (:class:`tuner.rescore.Confidence`)."""
+    """``high``/``medium``/``low`` per cell (:class:`tuner.planning.rescore.Confidence`)."""
 
 
 class Frontier(BaseModel):
@@ -144,7 +144,7 @@ def build_frontier(store: Store, *, workload: str, model: str | None = None,
                    gpu: str | None = None, slo: str | None = None,
                    gpu_prices: Mapping[str, float] | None = None) -> Frontier:
     """The frontier of ``workload`` (``slo``: a canonical SLO key; default the one its
-    sweeps used). Raises :class:`~tuner.store.NotFound` (unknown workload),
+    sweeps used). Raises :class:`~tuner.db.store.NotFound` (unknown workload),
     :class:`NothingMeasured` (no capacity probes), :class:`AmbiguousGroup` or
     :class:`AmbiguousSlo` (several measured and none named)."""
     store.get_workload(workload)

@@ -247,7 +247,7 @@ def plan_capacity(
     least cost under ``gpu_prices`` (GPU name → USD per GPU-hour; the whole table, e.g.
     :meth:`tuner.settings.PlannerSettings.prices`; without it, the fewest GPUs win).
 
-    Raises :class:`~tuner.store.NotFound` for an unknown workload, :class:`NothingMeasured`,
+    Raises :class:`~tuner.db.store.NotFound` for an unknown workload, :class:`NothingMeasured`,
     :class:`SloNeverMet` or :class:`AmbiguousSlo`.
     """
     store.get_workload(workload)  # NotFound for an unknown name, before anything else
@@ -353,7 +353,7 @@ def _rescored(every: Sequence[_Measurement], slo: SLO
     and the configurations whose measurements cannot decide.
 
     A configuration's measurements (search run, repeats) stand together, as
-    :func:`tuner.rescore.combine` takes them (the frontier's grid too): when one of them
+    :func:`tuner.planning.rescore.combine` takes them (the frontier's grid too): when one of them
     breaks the SLO at its lowest probed rate, the configuration carries less than that on
     a re-run, and every measurement of it counts 0 — not a candidate."""
     groups: dict[tuple[str, str, str], list[tuple[_Measurement, TrialCapacity]]] = {}

@@ -67,7 +67,7 @@ ReportFormat = Literal["html", "md"]
 def build_report(store: Store, sweep_id: int) -> SweepReport:
     """Read the sweep, its trials, cards and its workload's best rows; analyse them.
 
-    :class:`~tuner.store.NotFound` for an unknown sweep.
+    :class:`~tuner.db.store.NotFound` for an unknown sweep.
     """
     sweep = store.get_sweep(sweep_id)
     trials = store.list_trials(sweep_id, role="any").data

@@ -1,11 +1,11 @@
 """A sweep's confirmation, driven: its top results re-run, stored, and the winner named.
 
-:class:`~tuner.confirmation.ConfirmationPhase` runs repeats and picks a winner without a
+:class:`~tuner.sweep.confirmation.ConfirmationPhase` runs repeats and picks a winner without a
 database; this is the sweep's side of it. :class:`SweepConfirmation` picks the top
-configurations from the :class:`~tuner.tally.Tally`, builds each repeat's spec (around
+configurations from the :class:`~tuner.sweep.tally.Tally`, builds each repeat's spec (around
 the capacity its first run found, checked against the sweep's quality baseline like the
 search), logs and stores every attempt as a ``repeat`` row through the sweep's
-:class:`~tuner.recorder.SweepRecorder`, shows each to the strategy, and takes over the
+:class:`~tuner.sweep.recorder.SweepRecorder`, shows each to the strategy, and takes over the
 repeats a previous coordinator of the sweep stored. The winner is marked ``confirmed``
 only when its repeats hold the SLO: a lucky search run is not.
 """

@@ -3,7 +3,7 @@
 A proposal the strategy made does not always run at once. It waits for GPUs other
 sweeps of this coordinator hold (held here, *deferred*, so a database outage or a full
 share retries the same one rather than asking for another); a lossy one waits for the
-sweep's quality baseline (parked in :class:`~tuner.baselines.QualityBaselines`, then
+sweep's quality baseline (parked in :class:`~tuner.sweep.baselines.QualityBaselines`, then
 *ready*, first in line); and one that can never run here — it breaks a rule of the space
 or needs more GPUs than any node offers — is recorded ``infeasible`` at once, never booted
 and never waited for.

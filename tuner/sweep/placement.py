@@ -1,7 +1,7 @@
 """Which parts of a search space can ever be placed where its trials would run.
 
 A trial needs ``spec.gpus`` (TP × PP × DP) devices on one node; the executor knows what its
-cluster can ever offer (:meth:`~tuner.executors.TrialExecutor.unplaceable`). Before a
+cluster can ever offer (:meth:`~tuner.sweep.executors.TrialExecutor.unplaceable`). Before a
 night starts, :func:`unplaceable_layouts` walks the space's parallel layouts — the values
 of its ``tensor_parallel_size`` / ``pipeline_parallel_size`` / ``data_parallel_size``
 knobs — and says which can

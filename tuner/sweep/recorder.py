@@ -6,7 +6,7 @@ database may be away (restarting) or answer that the sweep moved on. The
 reads three flags instead of catching storage errors at each write:
 
 * a transient storage error (:data:`TRANSIENT_STORAGE_ERRORS`) is an *outage*: results
-  wait in the :class:`~tuner.outbox.Outbox` and are written, in order, once it is back
+  wait in the :class:`~tuner.sweep.outbox.Outbox` and are written, in order, once it is back
   (one log line when it goes, one when it is back);
 * :class:`~tuner.db.errors.LeaseLost` means another coordinator claimed the sweep: the
   runner's trials are stopped, what waits is dropped with a log line, and nothing more
