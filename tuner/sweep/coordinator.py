@@ -290,15 +290,18 @@ class SweepRunner:
 
     def record(self, row: TrialRecord, proposal: Proposal, result: TrialResult,
                gpus: int = 0) -> None:
-        """Store a search result, tell the strategy, account: each step retried until
-        done, as far as the database allows now."""
+        """Store a search result, tell the strategy, account, sync the cards, say it:
+        each step retried until done, as far as the database allows now. The tally is a
+        step apart from the cards' writes: an outage while syncing them retries the sync,
+        never the accounting (a result counted twice)."""
         self.recorder.unrecorded += 1
         stored: list[TrialRecord] = []
 
         def account() -> None:
             self.recorder.unrecorded -= 1
             self.tally.account(stored[0], result, gpus)
-            sync_cards(self.store, self.sweep.id, self.strategy.cards, lease=self.lease)
+
+        def say() -> None:
             progress = self._progress(phase="search")
             self.log.trial_ended(proposal.number, proposal.params, result, progress,
                                  best_trial=self.tally.best_number(), attempt=row.attempt)
@@ -307,6 +310,9 @@ class SweepRunner:
             lambda: stored.append(self.store.finish_trial(row.id, result, lease=self.lease)),
             lambda: self.strategy.tell(proposal, result),
             account,
+            lambda: sync_cards(self.store, self.sweep.id, self.strategy.cards,
+                               lease=self.lease),
+            say,
         )
         self.recorder.drain()
 

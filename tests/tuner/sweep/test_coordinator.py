@@ -19,6 +19,7 @@ import optuna
 import pytest
 
 from tests.tuner.sweep_data import LAB_4RPS
+from tuner.db.errors import StorageUnavailable
 from tuner.db.store import Store
 from tuner.strategies import params_key
 from tuner.sweep.coordinator import Coordinator, SweepRunner
@@ -232,6 +233,27 @@ def test_guided_writes_its_experiment_cards(store: Store, migrated_url: str) -> 
     assert cards and cards[0].step == 1
     assert all(c.variable and c.hypothesis and c.expected_direction for c in cards)
     assert any(c.verdict in ("supported", "rejected", "inconclusive") for c in cards)
+
+
+def test_an_outage_while_syncing_cards_retries_the_sync_and_counts_each_result_once(
+        store: Store, migrated_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The database goes away just as the cards of the third result are synced: the
+    # outbox keeps the rest of that result's steps, and the next drain writes them.
+    real_list_cards, calls, raised = store.list_cards, iter(range(1_000)), []
+
+    def list_cards(sweep_id: int) -> Any:
+        if next(calls) == 2:
+            raised.append(sweep_id)
+            raise StorageUnavailable("database restarting")
+        return real_list_cards(sweep_id)
+
+    monkeypatch.setattr(store, "list_cards", list_cards)
+    final = run(store, migrated_url, lab("guided", max_trials=6, confirm_top=0))
+    trials = store.list_trials(final.id).data
+    assert raised and final.status == "done" and len(trials) == 6
+    counted = sum(final.progress[k] for k in ("done", "failed", "infeasible"))
+    assert counted == 6, final.progress  # not 7: the result whose sync failed counts once
+    assert store.list_cards(final.id)  # and the cards were written at the retry
 
 
 def test_sweeps_at_once_share_the_gpus_fairly(store: Store, migrated_url: str) -> None:
