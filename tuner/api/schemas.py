@@ -17,7 +17,9 @@ from tuner.db.records import (
     BestConfig,
     CardRecord,
     NoPassingConfig,
+    SweepFields,
     SweepRecord,
+    TrialFields,
     TrialRecord,
     WorkloadRecord,
 )
@@ -64,36 +66,18 @@ class HealthOut(_Out):
     """``ok``, or why the database cannot serve (on 503)."""
 
 
-class SweepOut(_Out):
-    id: int
-    name: str
-    workload: str
-    space: dict[str, Any]
-    slo: dict[str, Any]
-    slo_key: str
-    model: str
-    gpu: str
-    strategy: str
-    mode: str
-    status: str
-    budget: dict[str, Any]
-    progress: SweepProgress
+class SweepOut(SweepFields):
+    """A sweep (:class:`~tuner.db.records.SweepFields`), its progress typed."""
+
+    progress: SweepProgress  # type: ignore[assignment]  # the stored dict, read typed
     """Trials done, the best so far, cost, why it stopped or what it waits for."""
-    owner: str | None
-    claimed_by: str | None
-    heartbeat_at: datetime | None
-    optuna_study_name: str | None
-    stop_reason: str | None
-    created_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
-    warnings: list[str] = []
+    warnings: list[str] = Field(default_factory=list)
     """What was accepted but will not go as asked (on the answer to a new sweep): parts of
     the space no node can ever hold, against ``SLOTUNE_MAX_NODE_GPUS`` where declared."""
 
     @classmethod
     def from_record(cls, record: SweepRecord) -> SweepOut:
-        data = record.model_dump(exclude={"workload_id"})
+        data = record.model_dump(include=set(SweepFields.model_fields))
         data["progress"] = SweepProgress.of(record.progress)  # an old row's shapes read too
         return cls.model_validate(data)
 
@@ -141,60 +125,20 @@ class TrialMetrics(_Out):
                    early_abort=result.get("early_abort"))
 
 
-class TrialOut(_Out):
-    id: int
-    sweep_id: int
-    role: str
-    """``search`` (a configuration of the search), ``repeat`` (a confirmation re-run of
-    trial ``repeat_of``) or ``baseline`` (the sweep's lossless quality baseline)."""
-    number: int
-    repeat: int
-    repeat_of: int | None
-    attempt: int
-    status: str
-    failure_class: str | None
-    params: dict[str, Any]
-    config: dict[str, Any]
-    objective: float | None
-    capacity: float | None
-    confirmed: bool
-    worker: str | None
-    started_at: datetime | None
-    finished_at: datetime | None
-    timings: dict[str, Any] | None
-    diagnosis: dict[str, Any] | None
+class TrialOut(TrialFields):
+    """A trial (:class:`~tuner.db.records.TrialFields`) and the metrics the dashboard
+    plots."""
+
     metrics: TrialMetrics
 
     @classmethod
     def from_record(cls, record: TrialRecord) -> TrialOut:
-        fields = record.model_dump(include=set(cls.model_fields) - {"metrics"})
+        fields = record.model_dump(include=set(TrialFields.model_fields))
         return cls(**fields, metrics=TrialMetrics.from_result(record.result))
 
 
-class CardOut(_Out):
-    id: int
-    sweep_id: int
-    step: int
-    symptom: str
-    evidence: dict[str, Any]
-    hypothesis: str
-    variable: str
-    values: list[Any]
-    """Every value tried, in the order tried."""
-    expected_direction: str
-    controls: dict[str, Any] | None = None
-    """What was held fixed (model, GPU, workload and seed, engine and version, the other
-    knobs, the trial order)."""
-    stop_condition: list[str] | None = None
-    """The rules that end a value's run at once."""
-    result: dict[str, Any] | None
-    """``summary``, ``results`` (one row per value: value, status, objective, p99 TTFT and
-    TPOT, headroom, failure) and ``baseline_value``."""
-    verdict: str | None
-    """supported, rejected or inconclusive (None while the experiment runs)."""
-    rollback: Any | None
-    """The incumbent's full configuration and the check that restores it."""
-    created_at: datetime
+class CardOut(CardRecord):
+    """An experiment card as stored (:class:`~tuner.db.records.CardRecord`)."""
 
     @classmethod
     def from_record(cls, record: CardRecord) -> CardOut:
