@@ -23,8 +23,7 @@ from tuner.db.records import (
     TrialRecord,
     WorkloadRecord,
 )
-from tuner.planning.planner import DEFAULT_HEADROOM, Basis, CapacityOption, CapacityPlan, Remeasure
-from tuner.planning.rescore import Confidence
+from tuner.planning.planner import DEFAULT_HEADROOM, CapacityPlan
 from tuner.settings import GpuName, GpuPrice
 from tuner.sweep.progress import SweepProgress
 from workers.engines.vllm import vllm_command
@@ -226,47 +225,9 @@ class CapacityIn(BaseModel):
     plan is the cheapest that carries the target."""
 
 
-class CapacityOut(_Out):
-    workload: str
-    model: str
-    gpu: str
-    slo: str
-    target_rps: float
-    headroom: float
-    replicas: int
-    gpus_per_replica: int
-    gpus: int
-    per_replica_rps: float
-    planned_rps: float
-    config: dict[str, Any]
-    vllm_command: str
-    basis: Basis
-    basis_note: str
-    confirmed: bool
-    trial_ids: list[int]
-    sweep_id: int
-    measured_at: datetime | None
-    engine_version: str | None = None
-    stale: str | None = None
-    """Set when a newer measurement ran another engine version: what to re-measure."""
-    price_per_gpu_hour: float | None = None
-    """USD per GPU-hour of ``gpu`` (the request's ``gpu_prices``, else the server's);
-    None where no price is known."""
-    cost_per_hour: float | None = None
-    """``gpus × price_per_gpu_hour``; None when unpriced."""
-    options: list[CapacityOption] = []
-    """The cheapest plan per (model, GPU), cheapest first (this plan is the first):
-    unpriced GPUs after the priced ones, by GPUs."""
-    notes: list[str] = []
-    """Sentences to read before sizing on the plan: a stale measurement, unpriced GPUs,
-    measurements under other SLOs that were not used."""
-    confidence: Confidence | None = None
-    """``basis: rescored_probes`` (no sweep measured the SLO; read off stored probes): how
-    sure the per-replica rate is — the bracketing probes, unknown probes, the spread of
-    the configuration's confirmation repeats."""
-    remeasure: list[Remeasure] = []
-    """``rescored_probes``: configurations whose probes cannot decide under this SLO and
-    that could beat the plan per GPU: worth a sweep under it."""
+class CapacityOut(CapacityPlan):
+    """The planner's answer (:class:`~tuner.planning.planner.CapacityPlan`), as the API
+    and ``slotune plan --json`` give it."""
 
     @classmethod
     def from_plan(cls, plan: CapacityPlan) -> CapacityOut:

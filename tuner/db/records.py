@@ -248,6 +248,7 @@ class NoPassingConfig(_Record):
     """The trial that came closest (smallest worst observed/target ratio)."""
     closest_config: dict[str, Any]
     closest_ratio: float | None
+    """Its worst observed/target SLO ratio (1.3: 30 % over target)."""
     trials: int
     measured_at: datetime | None
 

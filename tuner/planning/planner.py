@@ -177,17 +177,24 @@ class CapacityPlan(BaseModel):
     """Set when the newest measurement of this (workload, model, gpu, slo) ran another
     engine version, GPU driver or model revision than the plan's trial: what changed."""
     price_per_gpu_hour: float | None = None
+    """USD per GPU-hour of ``gpu`` (the request's ``gpu_prices``, else the server's);
+    None where no price is known."""
     cost_per_hour: float | None = None
     """``gpus × price_per_gpu_hour`` (USD per hour); None when the GPU has no price."""
     options: list[CapacityOption] = []
-    """The cheapest plan per (model, GPU), cheapest first; the chosen plan is the first."""
+    """The cheapest plan per (model, GPU), cheapest first (this plan is the first):
+    unpriced GPUs after the priced ones, by GPUs."""
     notes: list[str] = []
-    """What to know before sizing on it: staleness, unpriced GPUs, other SLOs."""
+    """Sentences to read before sizing on the plan: a stale measurement, unpriced GPUs,
+    measurements under other SLOs that were not used."""
     confidence: Confidence | None = None
-    """``rescored_probes``: how sure the plan's per-replica rate is."""
+    """``basis: rescored_probes`` (no sweep measured the SLO; read off stored probes): how
+    sure the per-replica rate is — the bracketing probes, unknown probes, the spread of
+    the configuration's confirmation repeats."""
     remeasure: list[Remeasure] = []
-    """``rescored_probes``: configurations whose probes cannot decide and that could beat
-    this plan per GPU — measure them under this SLO (a sweep) before trusting the ranking."""
+    """``rescored_probes``: configurations whose probes cannot decide under this SLO and
+    that could beat this plan per GPU — measure them under this SLO (a sweep) before
+    trusting the ranking."""
 
 
 DEFAULT_HEADROOM = 0.2
