@@ -204,7 +204,7 @@ def _argv(tool: str, args: argparse.Namespace, model: Path, port: int, seed: int
             "--result-filename", result.name]
     if tool == "slotune":
         slotune = Path(sys.executable).parent / "slotune"
-        head = [str(slotune)] if slotune.exists() else [sys.executable, "-m", "tuner.cli"]
+        head = [str(slotune)] if slotune.exists() else [sys.executable, "-m", "tuner.cli.main"]
         return [*head, "bench", *line, *(["--no-scrape"] if args.no_scrape else [])]
     return [str(args.vllm_bin), "bench", "serve", *line]
 

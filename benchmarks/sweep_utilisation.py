@@ -1,7 +1,7 @@
 """Sweep GPU utilisation: of the GPU time a sweep holds, how much is spent measuring?
 
 Runs a real sweep of the simulated engine on a local Ray with two simulated GPUs
-(:class:`~tuner.executors.RayExecutor`, the coordinator of :mod:`tuner.coordinator`, a
+(:class:`~tuner.sweep.executors.RayExecutor`, the coordinator of :mod:`tuner.sweep.coordinator`, a
 temporary SQLite database): the shipped ``lab`` space, its workload shortened to
 ``--prompts`` requests at 4 req/s, the engine at ``--time-scale`` 2, ``--trials`` trials,
 no confirmation. Then it reads each trial's stored ``timings`` and splits the GPU time
@@ -44,12 +44,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import optuna
 import yaml
 
-from tuner.coordinator import Coordinator
 from tuner.db import migrate
-from tuner.executors import RayExecutor
+from tuner.db.store import Store
 from tuner.spaces import load_space
-from tuner.store import Store
-from tuner.sweeps import SweepBudget, SweepRequest, queue_sweep
+from tuner.sweep.coordinator import Coordinator
+from tuner.sweep.executors import RayExecutor
+from tuner.sweep.request import SweepBudget, SweepRequest, queue_sweep
 from workers.contracts import BOOT_PHASES
 
 GPUS = 2

@@ -39,10 +39,10 @@ from sqlalchemy import create_engine, inspect, text
 from tests.tuner.sweep_data import populate_finished_sweep
 from tuner.api import create_app
 from tuner.db import migrate
+from tuner.db.store import Store
 from tuner.report import ReportPathError, write_report
 from tuner.settings import ApiSettings, DatabaseSettings, Settings
 from tuner.spaces import SpaceError, load_space, parse_space
-from tuner.store import Store
 from workers.loadgen import WorkloadError, load_workload
 from workers.safe_yaml import MAX_YAML_BYTES
 

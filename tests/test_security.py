@@ -27,8 +27,8 @@ from sqlalchemy import create_engine, inspect, text
 
 from tuner.api import create_app
 from tuner.db import migrate
+from tuner.db.store import Store
 from tuner.settings import ApiSettings, DatabaseSettings, Settings
-from tuner.store import Store
 
 SLOTUNE = str(Path(sys.executable).with_name("slotune"))
 REPO = Path(__file__).resolve().parents[1]

@@ -838,7 +838,7 @@ class CapacityProbe(_Strict):
     """Median TTFT and TPOT (ms) of the probe's completed requests. Smooth in the engine's
     speed where a short probe's p99 is one request's luck: the twin fits both."""
     # What the probe measured, kept so any SLO of the same percentile family can be scored
-    # from the stored probes later (tuner.rescore). Rows stored before these fields have
+    # from the stored probes later (tuner.planning.rescore). Rows stored before these fields have
     # none of them (None / empty): they read as before and rescore as "not measured".
     percentiles_ms: dict[str, dict[str, float | None]] = Field(default_factory=dict)
     """Metric (``ttft``, ``tpot``, ``itl``, ``e2el``) → ``"p50"``, ``"p90"``, ``"p95"``,

@@ -5,8 +5,9 @@ A :class:`Backend` is where the engine runs: the live engine (any adapter, a rea
 process; :mod:`workers.trial`) or the simulated engine in virtual time
 (:mod:`workers.sim_trial`). Everything else is here, once: the goodput and capacity
 modes, the capacity search (:func:`capacity_search`, a pure generator over the probe's
-verdicts), the error budget, and every :class:`~workers.contracts.TrialResult` a trial
-can end with — so a virtual trial answers what the live one would, field for field:
+verdicts; :func:`warm_search` and :func:`remeasure_search` say where a sweep starts it),
+the error budget, and every :class:`~workers.contracts.TrialResult` a trial can end with
+— so a virtual trial answers what the live one would, field for field:
 
 * ``ok``: the scored run, ``constraints`` = ``fits: -1`` plus one per SLO target,
   ``slo_margins`` for the targets with a finite observation, the vLLM-format metrics;
@@ -77,16 +78,21 @@ if TYPE_CHECKING:  # annotations only: the pipeline's callers need no HTTP clien
 __all__ = [
     "FITS",
     "PROBE_SEED_STRIDE",
+    "WARM_STEP",
     "Backend",
     "Measured",
     "capacity_search",
     "probe_workload",
+    "remeasure_search",
     "run_pipeline",
+    "warm_search",
 ]
 
 FITS = "fits"
 """The constraint every result carries: ≤ 0 when the configuration booted."""
 PROBE_SEED_STRIDE = 7919
+WARM_STEP = 1.5
+"""The capacity search's bracket step once the sweep knows a rate to start from."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +184,25 @@ def capacity_search(search: CapacitySearch, start_rate: float
     return low
 
 
+def warm_search(search: CapacitySearch, best_per_gpu: float, gpus: int) -> CapacitySearch:
+    """``search`` started from one fact of the sweep: the best capacity per GPU so far.
+
+    It starts where the best configuration so far is, scaled to this replica's ``gpus``,
+    in smaller steps: most configurations carry a rate near it, and the probes far below
+    it — the long ones — tell nothing.
+    """
+    return search.model_copy(update={"start_rate": best_per_gpu * gpus,
+                                     "step": min(search.step, WARM_STEP)})
+
+
+def remeasure_search(search: CapacitySearch, capacity: float) -> CapacitySearch:
+    """``search`` around a ``capacity`` a first run found (a confirmation repeat): one
+    bracket step of twice the tolerance each way settles it in two or three probes instead
+    of a new search."""
+    return search.model_copy(update={"start_rate": capacity,
+                                     "step": 1 + 2 * search.relative_tolerance})
+
+
 def probe_medians(score: Score) -> dict[str, float]:
     """The median TTFT and TPOT of a run, ms (those it measured)."""
     return {metric: summary.median for metric in ("ttft", "tpot")
@@ -187,7 +212,7 @@ def probe_medians(score: Score) -> dict[str, float]:
 def probe_measurement(spec: TrialSpec, measured: Measured) -> dict[str, Any]:
     """What a capacity probe keeps of its run beyond its own gate: percentiles of every
     metric, throughputs, errors, the client's lag — enough to gate it under another SLO
-    later (:mod:`tuner.rescore`) and to place it on the frontier."""
+    later (:mod:`tuner.planning.rescore`) and to place it on the frontier."""
     run, sc = measured.run, measured.score
     return {
         "percentiles_ms": gate_percentiles(sc.per_request,

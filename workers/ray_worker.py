@@ -36,7 +36,7 @@ with a soft ``NodeAffinitySchedulingStrategy`` that *spills*: when the node has 
 GPUs (of the trial's type) or is gone, the trial goes wherever Ray would have put it, at
 once — it never waits for the warm node. The preference only picks among the nodes the
 trial's resources allow. Which node is warm for which model is the executor's memory
-(:class:`tuner.executors.RayExecutor`); a Ray without the spilling option gets no
+(:class:`tuner.sweep.executors.RayExecutor`); a Ray without the spilling option gets no
 preference at all (plain soft affinity would make a trial wait for a busy node).
 
 **Logs travel in the result**, not on the node's disk: each trial runs in a temporary

@@ -13,8 +13,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+from tuner.db.store import Store
 from tuner.spaces import load_space
-from tuner.store import Store
 from tuner.strategies import infeasible_result, params_key, rank
 from workers.contracts import KnobValue, SimOptions, TrialResult
 from workers.sim_trial import run_virtual_trial

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tuner.coordinator import WARM_STEP
 from workers.contracts import replica_gpus
+from workers.pipeline import WARM_STEP
 
 SLOTUNE = str(Path(sys.executable).with_name("slotune"))
 

@@ -37,8 +37,8 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.tuner.sweep_data import LAB_4RPS, WORKLOAD, SweepData, populate_finished_sweep
 from tuner.db import migrate
-from tuner.store import Store
-from tuner.sweeps import SweepBudget, SweepRequest, queue_sweep
+from tuner.db.store import Store
+from tuner.sweep.request import SweepBudget, SweepRequest, queue_sweep
 from workers.contracts import EngineFacts, TrialResult
 
 pytestmark = pytest.mark.slow

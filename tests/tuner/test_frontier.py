@@ -15,8 +15,8 @@ from tests.tuner.api.conftest import settings_for
 from tests.tuner.db.conftest import postgres_databases  # noqa: F401
 from tests.tuner.test_plan_rescored import slotune, swept  # noqa: F401 - the fixture
 from tuner.api import create_app
-from tuner.frontier import CSV_FIELDS
-from tuner.store import Store
+from tuner.db.store import Store
+from tuner.planning.frontier import CSV_FIELDS
 from workers.contracts import TrialResult
 
 pytestmark = pytest.mark.slow

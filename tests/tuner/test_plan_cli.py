@@ -21,9 +21,9 @@ from tests.tuner.db.conftest import (  # noqa: F401 - fixtures are found by name
     store,
 )
 from tuner.api import create_app
-from tuner.cli import main
+from tuner.cli.main import main
+from tuner.db.store import Store
 from tuner.settings import get_settings
-from tuner.store import Store
 from workers.contracts import SLO, Workload
 
 QWEN = "Qwen/Qwen2.5-7B-Instruct"

@@ -23,10 +23,10 @@ from tests.tuner.db.conftest import PostgresDatabases, postgres_databases  # noq
 from tests.tuner.test_rescore import probe
 from tuner.api import create_app
 from tuner.db import migrate
-from tuner.frontier import build_frontier
-from tuner.planner import plan_capacity
-from tuner.rescore import probe_verdict
-from tuner.store import Store, slo_key
+from tuner.db.store import Store, slo_key
+from tuner.planning.frontier import build_frontier
+from tuner.planning.planner import plan_capacity
+from tuner.planning.rescore import probe_verdict
 from workers.contracts import SLO, CapacityProbe, TrialResult, TrialSpec, Workload
 
 SLOTUNE = str(Path(sys.executable).with_name("slotune"))

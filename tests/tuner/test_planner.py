@@ -12,9 +12,9 @@ from tests.tuner.db.conftest import (  # noqa: F401 - fixtures are found by name
     postgres_databases,
     store,
 )
-from tuner.planner import plan_capacity
+from tuner.db.store import Store
+from tuner.planning.planner import plan_capacity
 from tuner.settings import DEFAULT_GPU_PRICES, PlannerSettings, Settings, get_settings
-from tuner.store import Store
 from workers.contracts import SLO, TrialSpec, Workload
 
 

@@ -19,6 +19,7 @@ import pytest
 from tests.tuner.sweep_data import RATE, SweepData, populate_finished_sweep
 from tuner.db import migrate
 from tuner.db.records import SweepRecord, TrialRecord
+from tuner.db.store import Store
 from tuner.report import (
     Chart,
     RefLine,
@@ -34,7 +35,6 @@ from tuner.report import (
 from tuner.report._render import render_markdown
 from tuner.report._svg import HEIGHT, MARGIN_BOTTOM, MARGIN_LEFT, MARGIN_RIGHT, MARGIN_TOP, WIDTH
 from tuner.spaces import load_space
-from tuner.store import Store
 from workers.contracts import PhaseTimings, TrialResult
 
 # --- the SVG chart module -------------------------------------------------------------------
@@ -228,8 +228,8 @@ def test_a_knob_wall_lists_its_knobs_and_a_failed_search_says_so() -> None:
 
 
 def test_confirmation_repeats_kept_by_the_coordinator_count_for_the_winner() -> None:
-    from tuner.progress import SweepProgress
     from tuner.report._analysis import TrialPoint, _confidence
+    from tuner.sweep.progress import SweepProgress
 
     winner = TrialPoint(id=7, number=3, attempt=1, status="ok", failure_class=None,
                         params={"max_num_seqs": 64}, config={}, objective=4.0, capacity=None,

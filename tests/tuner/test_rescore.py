@@ -1,4 +1,4 @@
-"""Any SLO from stored probes (tuner.rescore): verdicts, capacity, bracket, confidence.
+"""Any SLO from stored probes (tuner.planning.rescore): verdicts, capacity, bracket, confidence.
 
 The probes are written by hand here (their percentiles as a probe would store them), so
 each rule can be tried where it decides; the end-to-end path (a real sweep's probes, the
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tuner.rescore import combine, probe_verdict, trial_capacity
+from tuner.planning.rescore import combine, probe_verdict, trial_capacity
 from workers.contracts import SLO, CapacityProbe, TrialResult
 
 OWN = SLO(ttft=300, tpot=50)

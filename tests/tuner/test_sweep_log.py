@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tuner.progress import SweepProgress
-from tuner.sweep_log import SweepLog, config_delta
+from tuner.sweep.log import SweepLog, config_delta
+from tuner.sweep.progress import SweepProgress
 from workers.contracts import TrialResult
 
 SLOTUNE = str(Path(sys.executable).with_name("slotune"))

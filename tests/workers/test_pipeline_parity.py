@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.procscan import engine_pids
-from tuner.launcher import retry_as
+from tuner.sweep.launcher import retry_as
 from workers.contracts import (
     SLO,
     CapacitySearch,
@@ -28,7 +28,13 @@ from workers.contracts import (
 )
 from workers.loadgen import load_workload
 from workers.loadgen.result import slotune_fields
-from workers.pipeline import capacity_search, probe_workload
+from workers.pipeline import (
+    WARM_STEP,
+    capacity_search,
+    probe_workload,
+    remeasure_search,
+    warm_search,
+)
 from workers.sim_trial import run_virtual_trial
 from workers.trial import run_trial
 
@@ -245,3 +251,14 @@ def test_a_search_started_where_a_rate_is_known_settles_in_few_probes() -> None:
     found, probed = _drive(near, 20.0, capacity=10.0)  # it no longer holds: one step down
     assert probed[:2] == [11.0, pytest.approx(11.0 / 1.2)] and found is not None
     assert found <= 10.0 and len(probed) == 3
+
+
+def test_a_sweep_warm_starts_the_search_from_the_best_capacity_per_gpu() -> None:
+    search = CapacitySearch(min_rate=1.0, max_rate=64.0, relative_tolerance=0.1, step=2.0)
+    warm = warm_search(search, 5.5, gpus=2)  # the best so far carries 5.5 req/s per GPU
+    assert (warm.start_rate, warm.step) == (11.0, WARM_STEP)  # at its rate, smaller steps
+    assert warm_search(search.model_copy(update={"step": 1.2}), 5.5, 1).step == 1.2
+    found, probed = _drive(warm, 20.0, capacity=11.5)
+    assert probed[0] == 11.0 and found is not None and found <= 11.5
+    again = remeasure_search(search, 11.0)  # a confirmation repeat: ±2 tolerances
+    assert (again.start_rate, again.step) == (11.0, pytest.approx(1.2))

@@ -23,9 +23,9 @@ import yaml
 
 from tests.procscan import engine_pids
 from tests.workers.raycluster import LocalRayCluster, joined_cluster
-from tuner.executors import MAX_NODE_GPUS_ENV, RayExecutor
-from tuner.store import Store
-from tuner.sweeps import SweepBudget, SweepRequest, queue_sweep
+from tuner.db.store import Store
+from tuner.sweep.executors import MAX_NODE_GPUS_ENV, RayExecutor
+from tuner.sweep.request import SweepBudget, SweepRequest, queue_sweep
 from workers.contracts import SLO, SimOptions, TrialResult, TrialSpec
 from workers.loadgen import load_workload
 from workers.ray_worker import (

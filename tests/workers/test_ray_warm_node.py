@@ -2,7 +2,7 @@
 
 A real two-node Ray cluster, one fake RTX 4090 per node (typed, so the ``gpu_type:*``
 request stays part of every trial's options), and the coordinator's own
-:class:`~tuner.executors.RayExecutor` submitting simulated trials: short ones, and long
+:class:`~tuner.sweep.executors.RayExecutor` submitting simulated trials: short ones, and long
 ones that hold a node's GPU while another trial is placed.
 """
 
@@ -16,7 +16,7 @@ import pytest
 
 from tests.procscan import engine_pids
 from tests.workers.raycluster import LocalRayCluster, joined_cluster
-from tuner.executors import RayExecutor
+from tuner.sweep.executors import RayExecutor
 from workers.contracts import SLO, SimOptions, TrialResult, TrialSpec
 from workers.loadgen import load_workload
 

@@ -18,8 +18,8 @@ from tuner.api.deps import require_reader
 from tuner.api.errors import install_error_handlers
 from tuner.api.middleware import BodySizeLimit
 from tuner.api.routes import capacity, dashboard, health, sweeps, workloads
+from tuner.db.store import Store
 from tuner.settings import Settings, get_settings
-from tuner.store import Store
 
 __all__ = ["API_PREFIX", "create_app"]
 

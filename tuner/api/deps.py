@@ -20,8 +20,8 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import SecretStr
 
 from tuner.api.errors import InvalidInput
+from tuner.db.store import Store
 from tuner.settings import Settings
-from tuner.store import Store
 from workers.safe_yaml import DuplicateKeyError, unique_keys
 
 __all__ = [

@@ -22,7 +22,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from tuner.db.errors import StorageError, http_status
-from tuner.planner import AmbiguousSlo, NothingMeasured, PlanError, SloNeverMet
+from tuner.planning.planner import AmbiguousSlo, NothingMeasured, PlanError, SloNeverMet
 
 __all__ = ["ERROR_RESPONSES", "ErrorOut", "InvalidInput", "install_error_handlers"]
 

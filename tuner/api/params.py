@@ -14,7 +14,7 @@ from fastapi import Path, Query
 
 from tuner.api.errors import InvalidInput
 from tuner.api.schemas import NAME_MAX, NAME_PATTERN
-from tuner.store import slo_key
+from tuner.db.store import slo_key
 from workers.contracts import SLO
 
 __all__ = ["MAX_LIMIT", "Limit", "NameFilter", "NamePath", "Offset", "SloFilter", "SweepId",

@@ -17,14 +17,15 @@ from tuner.db.records import (
     BestConfig,
     CardRecord,
     NoPassingConfig,
+    SweepFields,
     SweepRecord,
+    TrialFields,
     TrialRecord,
     WorkloadRecord,
 )
-from tuner.planner import DEFAULT_HEADROOM, Basis, CapacityOption, CapacityPlan, Remeasure
-from tuner.progress import SweepProgress
-from tuner.rescore import Confidence
+from tuner.planning.planner import DEFAULT_HEADROOM, CapacityPlan
 from tuner.settings import GpuName, GpuPrice
+from tuner.sweep.progress import SweepProgress
 from workers.engines.vllm import vllm_command
 
 __all__ = [
@@ -64,36 +65,18 @@ class HealthOut(_Out):
     """``ok``, or why the database cannot serve (on 503)."""
 
 
-class SweepOut(_Out):
-    id: int
-    name: str
-    workload: str
-    space: dict[str, Any]
-    slo: dict[str, Any]
-    slo_key: str
-    model: str
-    gpu: str
-    strategy: str
-    mode: str
-    status: str
-    budget: dict[str, Any]
-    progress: SweepProgress
+class SweepOut(SweepFields):
+    """A sweep (:class:`~tuner.db.records.SweepFields`), its progress typed."""
+
+    progress: SweepProgress  # type: ignore[assignment]  # the stored dict, read typed
     """Trials done, the best so far, cost, why it stopped or what it waits for."""
-    owner: str | None
-    claimed_by: str | None
-    heartbeat_at: datetime | None
-    optuna_study_name: str | None
-    stop_reason: str | None
-    created_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
-    warnings: list[str] = []
+    warnings: list[str] = Field(default_factory=list)
     """What was accepted but will not go as asked (on the answer to a new sweep): parts of
     the space no node can ever hold, against ``SLOTUNE_MAX_NODE_GPUS`` where declared."""
 
     @classmethod
     def from_record(cls, record: SweepRecord) -> SweepOut:
-        data = record.model_dump(exclude={"workload_id"})
+        data = record.model_dump(include=set(SweepFields.model_fields))
         data["progress"] = SweepProgress.of(record.progress)  # an old row's shapes read too
         return cls.model_validate(data)
 
@@ -141,60 +124,20 @@ class TrialMetrics(_Out):
                    early_abort=result.get("early_abort"))
 
 
-class TrialOut(_Out):
-    id: int
-    sweep_id: int
-    role: str
-    """``search`` (a configuration of the search), ``repeat`` (a confirmation re-run of
-    trial ``repeat_of``) or ``baseline`` (the sweep's lossless quality baseline)."""
-    number: int
-    repeat: int
-    repeat_of: int | None
-    attempt: int
-    status: str
-    failure_class: str | None
-    params: dict[str, Any]
-    config: dict[str, Any]
-    objective: float | None
-    capacity: float | None
-    confirmed: bool
-    worker: str | None
-    started_at: datetime | None
-    finished_at: datetime | None
-    timings: dict[str, Any] | None
-    diagnosis: dict[str, Any] | None
+class TrialOut(TrialFields):
+    """A trial (:class:`~tuner.db.records.TrialFields`) and the metrics the dashboard
+    plots."""
+
     metrics: TrialMetrics
 
     @classmethod
     def from_record(cls, record: TrialRecord) -> TrialOut:
-        fields = record.model_dump(include=set(cls.model_fields) - {"metrics"})
+        fields = record.model_dump(include=set(TrialFields.model_fields))
         return cls(**fields, metrics=TrialMetrics.from_result(record.result))
 
 
-class CardOut(_Out):
-    id: int
-    sweep_id: int
-    step: int
-    symptom: str
-    evidence: dict[str, Any]
-    hypothesis: str
-    variable: str
-    values: list[Any]
-    """Every value tried, in the order tried."""
-    expected_direction: str
-    controls: dict[str, Any] | None = None
-    """What was held fixed (model, GPU, workload and seed, engine and version, the other
-    knobs, the trial order)."""
-    stop_condition: list[str] | None = None
-    """The rules that end a value's run at once."""
-    result: dict[str, Any] | None
-    """``summary``, ``results`` (one row per value: value, status, objective, p99 TTFT and
-    TPOT, headroom, failure) and ``baseline_value``."""
-    verdict: str | None
-    """supported, rejected or inconclusive (None while the experiment runs)."""
-    rollback: Any | None
-    """The incumbent's full configuration and the check that restores it."""
-    created_at: datetime
+class CardOut(CardRecord):
+    """An experiment card as stored (:class:`~tuner.db.records.CardRecord`)."""
 
     @classmethod
     def from_record(cls, record: CardRecord) -> CardOut:
@@ -282,47 +225,9 @@ class CapacityIn(BaseModel):
     plan is the cheapest that carries the target."""
 
 
-class CapacityOut(_Out):
-    workload: str
-    model: str
-    gpu: str
-    slo: str
-    target_rps: float
-    headroom: float
-    replicas: int
-    gpus_per_replica: int
-    gpus: int
-    per_replica_rps: float
-    planned_rps: float
-    config: dict[str, Any]
-    vllm_command: str
-    basis: Basis
-    basis_note: str
-    confirmed: bool
-    trial_ids: list[int]
-    sweep_id: int
-    measured_at: datetime | None
-    engine_version: str | None = None
-    stale: str | None = None
-    """Set when a newer measurement ran another engine version: what to re-measure."""
-    price_per_gpu_hour: float | None = None
-    """USD per GPU-hour of ``gpu`` (the request's ``gpu_prices``, else the server's);
-    None where no price is known."""
-    cost_per_hour: float | None = None
-    """``gpus × price_per_gpu_hour``; None when unpriced."""
-    options: list[CapacityOption] = []
-    """The cheapest plan per (model, GPU), cheapest first (this plan is the first):
-    unpriced GPUs after the priced ones, by GPUs."""
-    notes: list[str] = []
-    """Sentences to read before sizing on the plan: a stale measurement, unpriced GPUs,
-    measurements under other SLOs that were not used."""
-    confidence: Confidence | None = None
-    """``basis: rescored_probes`` (no sweep measured the SLO; read off stored probes): how
-    sure the per-replica rate is — the bracketing probes, unknown probes, the spread of
-    the configuration's confirmation repeats."""
-    remeasure: list[Remeasure] = []
-    """``rescored_probes``: configurations whose probes cannot decide under this SLO and
-    that could beat the plan per GPU: worth a sweep under it."""
+class CapacityOut(CapacityPlan):
+    """The planner's answer (:class:`~tuner.planning.planner.CapacityPlan`), as the API
+    and ``slotune plan --json`` give it."""
 
     @classmethod
     def from_plan(cls, plan: CapacityPlan) -> CapacityOut:

@@ -1,4 +1,4 @@
 """Persistence: SQLAlchemy models, migrations runner, sessions, errors, Optuna storage.
 
-The service layer over all of this is :mod:`tuner.store`.
+The service layer over all of this is :mod:`tuner.db.store`.
 """

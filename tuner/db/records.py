@@ -20,7 +20,9 @@ __all__ = [
     "NoPassingConfig",
     "OrphanTrial",
     "Page",
+    "SweepFields",
     "SweepRecord",
+    "TrialFields",
     "TrialRecord",
     "WorkloadRecord",
 ]
@@ -75,12 +77,15 @@ class ExecutorChoice(BaseModel):
         return f"the {self.kind} executor with {self.gpus} GPU{'s' if self.gpus != 1 else ''}"
 
 
-class SweepRecord(_Record):
+class SweepFields(_Record):
+    """A sweep as everyone reads it: the API answers these fields (``SweepOut``, with the
+    progress typed); :class:`SweepRecord` adds what only the store and the coordinator
+    use."""
+
     id: int
     name: str
     workload: str
     """The workload's name."""
-    workload_id: int
     space: dict[str, Any]
     slo: dict[str, Any]
     slo_key: str
@@ -94,14 +99,18 @@ class SweepRecord(_Record):
     owner: str | None
     claimed_by: str | None
     heartbeat_at: datetime | None
-    lease_epoch: int = 0
-    executor: ExecutorChoice | None = None
-    """Where its trials run (None: not claimed yet, or stored before this was kept)."""
     optuna_study_name: str | None
     stop_reason: str | None
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+
+
+class SweepRecord(SweepFields):
+    workload_id: int
+    lease_epoch: int = 0
+    executor: ExecutorChoice | None = None
+    """Where its trials run (None: not claimed yet, or stored before this was kept)."""
 
     @property
     def lease(self) -> Lease | None:
@@ -111,38 +120,47 @@ class SweepRecord(_Record):
         return Lease(sweep_id=self.id, holder=self.claimed_by, epoch=self.lease_epoch)
 
 
-class TrialRecord(_Record):
+class TrialFields(_Record):
+    """A trial as everyone reads it: the API answers these fields (``TrialOut``, with the
+    metrics the dashboard plots); :class:`TrialRecord` adds the spec, the whole result and
+    the engine's facts."""
+
     id: int
     sweep_id: int
     role: str = "search"
-    """``search``, ``repeat`` (a confirmation re-run of ``repeat_of``) or ``baseline``."""
+    """``search`` (a configuration of the search), ``repeat`` (a confirmation re-run of
+    trial ``repeat_of``) or ``baseline`` (the sweep's lossless quality baseline)."""
     number: int
     repeat: int = 0
     repeat_of: int | None = None
     attempt: int
-    params: dict[str, Any]
-    config: dict[str, Any]
-    spec: dict[str, Any] | None
     status: str
     failure_class: str | None
+    params: dict[str, Any]
+    config: dict[str, Any]
     objective: float | None
     capacity: float | None
     gpus: int = 1
-    result: dict[str, Any] | None
-    diagnosis: dict[str, Any] | None
-    timings: dict[str, Any] | None
+    """GPUs one replica of its configuration occupies (TP × PP × DP)."""
     confirmed: bool
+    worker: str | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    timings: dict[str, Any] | None
+    diagnosis: dict[str, Any] | None
+
+
+class TrialRecord(TrialFields):
+    spec: dict[str, Any] | None
+    result: dict[str, Any] | None
     repeats: int = 0
     engine: str | None = None
     engine_version: str | None = None
     gpu_driver: str | None = None
     model_revision: str | None = None
     headroom: float | None = None
-    worker: str | None
     node: str | None
     created_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
     heartbeat_at: datetime | None
 
 
@@ -156,6 +174,8 @@ class OrphanTrial(_Record):
 
 
 class CardRecord(_Record):
+    """One experiment of the guided strategy, as stored and as the API answers it."""
+
     id: int
     sweep_id: int
     step: int
@@ -164,12 +184,20 @@ class CardRecord(_Record):
     hypothesis: str
     variable: str
     values: list[Any]
+    """Every value tried, in the order tried."""
     expected_direction: str
     controls: dict[str, Any] | None = None
+    """What was held fixed (model, GPU, workload and seed, engine and version, the other
+    knobs, the trial order)."""
     stop_condition: list[str] | None = None
+    """The rules that end a value's run at once."""
     result: dict[str, Any] | None
+    """``summary``, ``results`` (one row per value: value, status, objective, p99 TTFT and
+    TPOT, headroom, failure) and ``baseline_value``."""
     verdict: str | None
+    """supported, rejected or inconclusive (None while the experiment runs)."""
     rollback: Any | None
+    """The incumbent's full configuration and the check that restores it."""
     created_at: datetime
 
 
@@ -220,6 +248,7 @@ class NoPassingConfig(_Record):
     """The trial that came closest (smallest worst observed/target ratio)."""
     closest_config: dict[str, Any]
     closest_ratio: float | None
+    """Its worst observed/target SLO ratio (1.3: 30 % over target)."""
     trials: int
     measured_at: datetime | None
 

@@ -15,11 +15,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from tuner.answer import sweep_answer
 from tuner.db.errors import NotFound
 from tuner.db.records import SweepRecord
-from tuner.frontier import Frontier, build_frontier
-from tuner.planner import PlanError
+from tuner.db.store import Store
+from tuner.planning.answer import sweep_answer
+from tuner.planning.frontier import Frontier, build_frontier
+from tuner.planning.planner import PlanError
 from tuner.report._analysis import (
     Confidence,
     NextStep,
@@ -37,7 +38,6 @@ from tuner.report._paths import (
 from tuner.report._render import charts, render_html, render_markdown
 from tuner.report._svg import Chart, RefLine, Series, nice_ticks, render_chart
 from tuner.settings import get_settings
-from tuner.store import Store
 
 __all__ = [
     "Chart",
@@ -67,7 +67,7 @@ ReportFormat = Literal["html", "md"]
 def build_report(store: Store, sweep_id: int) -> SweepReport:
     """Read the sweep, its trials, cards and its workload's best rows; analyse them.
 
-    :class:`~tuner.store.NotFound` for an unknown sweep.
+    :class:`~tuner.db.store.NotFound` for an unknown sweep.
     """
     sweep = store.get_sweep(sweep_id)
     trials = store.list_trials(sweep_id, role="any").data

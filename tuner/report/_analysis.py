@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tuner.db.records import BestConfig, CardRecord, SweepRecord, TrialRecord
-from tuner.frontier import Frontier, pareto_front  # one definition: the frontier owns it
-from tuner.progress import ConfirmedCandidate, SweepProgress, TwinProgress
+from tuner.planning.frontier import Frontier, pareto_front  # one definition: the frontier owns it
 from tuner.strategies import NOISE_TOLERANCE, params_key, rank
+from tuner.sweep.progress import ConfirmedCandidate, SweepProgress, TwinProgress
 from workers.contracts import BOOT_PHASES, TrialResult
 from workers.engines.vllm import vllm_command  # one definition: the adapter runs it
 from workers.loadgen.diagnosis import KNOBS
@@ -231,7 +231,7 @@ class SweepReport:
     """The playbook's symptoms beside the wall (the winner's, else every trial's, each
     kind once with how many trials showed it)."""
     answer: str | None = None
-    """The seed's whole answer, one sentence (:mod:`tuner.answer`; capacity mode)."""
+    """The seed's whole answer, one sentence (:mod:`tuner.planning.answer`; capacity mode)."""
     allow_lossy: bool = False
     """Lossy values scored unchecked (``--allow-lossy``)."""
     twin: TwinProgress | None = None
@@ -241,7 +241,7 @@ class SweepReport:
     quality baseline (what the utilisation is of)."""
     frontier: Frontier | None = None
     """Capacity sweeps: every probed point of the workload on this model and GPU, under
-    this sweep's SLO (:mod:`tuner.frontier`); None for goodput sweeps."""
+    this sweep's SLO (:mod:`tuner.planning.frontier`); None for goodput sweeps."""
 
     @property
     def quality_checked(self) -> tuple[TrialPoint, ...]:

@@ -16,8 +16,7 @@ from html import escape
 from typing import Any
 
 from tuner.db.records import CardRecord
-from tuner.frontier import Frontier, FrontierPoint
-from tuner.progress import TwinProgress
+from tuner.planning.frontier import Frontier, FrontierPoint
 from tuner.report._analysis import (
     LATENCY_METRICS,
     UTILISATION_PARTS,
@@ -26,6 +25,7 @@ from tuner.report._analysis import (
     Utilisation,
 )
 from tuner.report._svg import Chart, RefLine, Series, render_chart
+from tuner.sweep.progress import TwinProgress
 from workers.contracts import BOOT_PHASES
 
 __all__ = ["charts", "frontier_charts", "render_html", "render_markdown"]
@@ -205,7 +205,7 @@ def render_html(report: SweepReport) -> str:
         parts.append("<div class='charts'>")
         parts += [render_chart(c) for c in frontier_charts(f)]
         parts.append("</div><h3>Capacity per GPU (req/s) under other limits</h3>")
-        parts.append("<p class='muted'>Read off the stored probes (tuner.rescore): the "
+        parts.append("<p class='muted'>Read off the stored probes (tuner.planning.rescore): the "
                      "best configuration's capacity per GPU under each TTFT and TPOT limit, "
                      "with how sure it is.</p>")
         parts.append(_html_table(*_frontier_grid(f)))

@@ -2,7 +2,7 @@
 
 A ``twin`` sweep stores its twin's state — the factors, the last fit's residual and the
 trials it came from, the engine version the trials ran — in its progress
-(``progress.twin``, :class:`tuner.progress.TwinProgress`), written with every progress
+(``progress.twin``, :class:`tuner.sweep.progress.TwinProgress`), written with every progress
 update, so nothing learned is lost with the coordinator. A later ``twin`` sweep of the
 same model, GPU and engine starts from the newest finished one (a warm start); when its
 first trial reports another engine version, the twin starts afresh from the shipped
@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from tuner.db.records import SweepRecord
-from tuner.progress import SweepProgress
-from tuner.store import Store
+from tuner.db.store import Store
+from tuner.sweep.progress import SweepProgress
 
 __all__ = ["warm_start"]
 

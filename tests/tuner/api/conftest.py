@@ -22,8 +22,8 @@ from tuner.api import create_app
 from tuner.db import migrate
 from tuner.db.models import ExperimentCardRow, Sweep, SweepTrial, WorkloadRow
 from tuner.db.session import make_db_engine
+from tuner.db.store import Store
 from tuner.settings import ApiSettings, DatabaseSettings, Settings
-from tuner.store import Store
 
 ClientFactory = Callable[..., AbstractAsyncContextManager[httpx.AsyncClient]]
 

@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 
 from tests.tuner.sweep_data import LAB_4RPS
-from tuner.store import Store
+from tuner.db.store import Store
 from workers.contracts import CapacityProbe, PhaseTimings, TrialResult
 
 TOKEN = "write-token-for-tests-7f3a"

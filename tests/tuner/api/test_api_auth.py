@@ -9,7 +9,7 @@ import pytest
 from tests.tuner.api.conftest import ClientFactory, settings_for
 from tests.tuner.api.data import READ_TOKEN, TOKEN, WRITE
 from tuner.api import create_app
-from tuner.store import Store
+from tuner.db.store import Store
 
 BODY = {"budget": {"max_trials": 4}}
 

@@ -10,9 +10,9 @@ import pytest
 
 from tests.tuner.api.conftest import ClientFactory
 from tests.tuner.api.data import measure, queue, result
-from tuner.planner import replicas_for
+from tuner.db.store import Store
+from tuner.planning.planner import replicas_for
 from tuner.settings import DEFAULT_GPU_PRICES
-from tuner.store import Store
 from workers.contracts import SLO, EngineFacts, ObjectiveMode, Workload
 
 SLO_KEY = '{"percentile":99.0,"tpot":50.0,"ttft":300.0}'

@@ -19,8 +19,8 @@ from schemathesis.core.result import Ok
 from tests.tuner.api.conftest import settings_for
 from tests.tuner.api.data import WRITE, measure
 from tuner.api import create_app
-from tuner.store import Store
-from tuner.sweeps import SweepRequest, queue_sweep
+from tuner.db.store import Store
+from tuner.sweep.request import SweepRequest, queue_sweep
 
 # Both kinds of input: valid per the schema (must succeed or be refused with a documented
 # 4xx), and invalid (must be refused, never crash).

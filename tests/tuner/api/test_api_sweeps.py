@@ -9,9 +9,9 @@ import pytest
 
 from tests.tuner.api.conftest import ClientFactory
 from tests.tuner.api.data import WRITE, measure, queue, result
-from tests.tuner.coordinator.test_coordinator import TP_SPACE
+from tests.tuner.sweep.test_coordinator import TP_SPACE
 from tuner.api.routes import dashboard
-from tuner.store import Store
+from tuner.db.store import Store
 from workers.contracts import SLO, TrialSpec, Workload
 
 

@@ -26,7 +26,7 @@ from sqlalchemy import delete
 from tuner.db import migrate
 from tuner.db.models import ExperimentCardRow, Sweep, SweepTrial, WorkloadRow
 from tuner.db.session import make_db_engine
-from tuner.store import Store
+from tuner.db.store import Store
 
 ADMIN_URL = os.environ.get("SLOTUNE_TEST_POSTGRES_URL",
                            "postgresql://postgres@127.0.0.1:5432/postgres")

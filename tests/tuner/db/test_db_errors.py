@@ -11,7 +11,7 @@ from sqlalchemy import create_engine, event, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from tuner.db.errors import StorageUnavailable, describe, translate
-from tuner.store import Store
+from tuner.db.store import Store
 
 
 def _full_sqlite_error(tmp_path: Path) -> SQLAlchemyError:

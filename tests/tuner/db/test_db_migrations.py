@@ -17,7 +17,7 @@ from tuner.db.errors import MigrationError, StorageUnavailable
 from tuner.db.models import BEST_CONFIG_VIEW, OUR_TABLES, Base
 from tuner.db.optuna_storage import create_or_load_study, optuna_storage
 from tuner.db.session import make_db_engine
-from tuner.store import Store
+from tuner.db.store import Store
 from workers.contracts import SLO, EngineFacts, TrialResult, TrialSpec, Workload
 
 OURS = {*OUR_TABLES, migrate.VERSION_TABLE}

@@ -14,7 +14,7 @@ from psycopg import sql
 from tests.tuner.db.conftest import PostgresDatabases
 from tuner.db.errors import StorageUnavailable
 from tuner.db.optuna_storage import create_or_load_study, optuna_storage, optuna_url
-from tuner.store import Store, study_name_for
+from tuner.db.store import Store, study_name_for
 from workers.contracts import SLO, Workload
 
 

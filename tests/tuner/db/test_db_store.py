@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tuner.db.records import ExecutorChoice
-from tuner.store import (
+from tuner.db.store import (
     Conflict,
     LeaseLost,
     NotFound,

@@ -13,7 +13,7 @@ import pytest
 from tests.tuner.twin.truth import SMALL, TRUTH, small_space, write_truth
 from tuner.spaces import parse_space
 from tuner.strategies import TwinStrategy, make_strategy, params_key
-from tuner.sweeps import SweepRequest, resolve
+from tuner.sweep.request import SweepRequest, resolve
 from tuner.twin.factors import TwinFactors
 from tuner.twin.model import Twin
 from workers.contracts import EngineFacts, KnobValue, TrialResult

@@ -15,9 +15,9 @@ import yaml
 
 from tests.tuner.twin.truth import SMALL, TRUTH, small_space, write_truth
 from tuner.db import migrate
-from tuner.progress import SweepProgress
-from tuner.store import Store
+from tuner.db.store import Store
 from tuner.strategies import params_key
+from tuner.sweep.progress import SweepProgress
 from tuner.twin.factors import TwinFactors
 from tuner.twin.model import Twin
 from workers.sim.calibration import CALIBRATION_ENV

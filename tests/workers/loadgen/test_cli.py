@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from loadgen_procs import free_port
 
-from tuner.cli import main as slotune
+from tuner.cli.main import main as slotune
 from workers.loadgen.cli import main
 
 # What vllm bench serve 0.32 writes for a generation run, always (the per-request arrays

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from tuner.cli import main as slotune
+from tuner.cli.main import main as slotune
 from workers.contracts import Arrivals, MooncakeTraceDataset, TraceDataset, TraceFields, Workload
 from workers.loadgen.arrivals import arrival_offsets
 from workers.loadgen.datasets import DatasetError, sample_requests, sample_run

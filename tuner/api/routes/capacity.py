@@ -12,9 +12,9 @@ from tuner.api.deps import SettingsDep, StoreDep
 from tuner.api.errors import ERROR_RESPONSES
 from tuner.api.params import canonical_slo
 from tuner.api.schemas import CapacityIn, CapacityOut
-from tuner.planner import plan_capacity
+from tuner.db.store import Store
+from tuner.planning.planner import plan_capacity
 from tuner.settings import Settings
-from tuner.store import Store
 
 __all__ = ["answer", "router"]
 
@@ -44,7 +44,7 @@ def capacity(question: CapacityIn, store: StoreDep, settings: SettingsDep) -> Ca
 
 def answer(question: CapacityIn, store: Store, settings: Settings) -> CapacityOut:
     """The route's answer, for callers without HTTP (``slotune plan``): the same planner,
-    prices and shape. Raises what :func:`~tuner.planner.plan_capacity` raises, and
+    prices and shape. Raises what :func:`~tuner.planning.planner.plan_capacity` raises, and
     :class:`~tuner.api.errors.InvalidInput` for an SLO that does not parse."""
     plan = plan_capacity(store, workload=question.workload, target_rps=question.target_rps,
                          headroom=question.headroom, model=question.model, gpu=question.gpu,

@@ -13,10 +13,10 @@ from tuner.api.errors import ERROR_RESPONSES, InvalidInput
 from tuner.api.params import Limit, NameFilter, Offset, SweepId
 from tuner.api.schemas import CardOut, ListOut, SweepOut, TrialOut
 from tuner.db.models import SweepStatus, SweepTrialStatus, TrialRole
-from tuner.placement import declared_cluster, unplaceable_layouts
 from tuner.report import render_report
 from tuner.spaces import SpaceError
-from tuner.sweeps import REQUEST_ERRORS, SweepRequest, queue_sweep, resolve
+from tuner.sweep.placement import declared_cluster, unplaceable_layouts
+from tuner.sweep.request import REQUEST_ERRORS, SweepRequest, queue_sweep, resolve
 from workers.contracts import SLO
 from workers.loadgen import WorkloadError
 from workers.sim.device_file import is_device_file

@@ -13,8 +13,8 @@ from tuner.api.errors import ERROR_RESPONSES, InvalidInput
 from tuner.api.params import NameFilter, NamePath, SloFilter, canonical_slo
 from tuner.api.schemas import BestListOut, BestOut, ListOut, NoPassingOut, WorkloadOut
 from tuner.db.records import BestConfig, NoPassingConfig
-from tuner.frontier import AmbiguousGroup, Frontier, build_frontier, to_csv
-from tuner.planner import AmbiguousSlo
+from tuner.planning.frontier import AmbiguousGroup, Frontier, build_frontier, to_csv
+from tuner.planning.planner import AmbiguousSlo
 
 router = APIRouter(tags=["workloads"], responses=ERROR_RESPONSES)
 

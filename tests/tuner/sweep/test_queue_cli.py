@@ -1,0 +1,121 @@
+"""Queued sweeps: `sweep submit`, `slotune coordinator`, `sweep status|report`, `best`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.tuner.sweep_data import LAB_4RPS
+from tuner.db.store import Store
+from tuner.sweep.request import SweepBudget, SweepRequest, queue_sweep
+
+pytestmark = pytest.mark.slow
+
+SLOTUNE = str(Path(sys.executable).with_name("slotune"))
+
+
+def slotune(*args: str, env: dict[str, str] | None = None
+            ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([SLOTUNE, *args], capture_output=True, text=True, timeout=300,
+                          stdin=subprocess.DEVNULL, env=env)
+
+
+def test_submit_then_the_coordinator_runs_it_and_the_cli_reads_it_back(
+        store: Store, migrated_url: str, tmp_path: Path) -> None:
+    submitted = slotune("sweep", "submit", "--space", "lab", "--strategy", "random",
+                        "--trials", "5", "--database-url", migrated_url)
+    assert submitted.returncode == 0, submitted.stderr
+    sweep_id = int(submitted.stdout.strip())
+    assert store.get_sweep(sweep_id).status == "queued"
+    served = slotune("coordinator", "--executor", "virtual", "--once", "--poll", "0.2",
+                     "--database-url", migrated_url)
+    assert served.returncode == 0, served.stderr
+    final = store.get_sweep(sweep_id)
+    assert final.status == "done" and len(store.list_trials(sweep_id).data) == 5
+    status = slotune("sweep", "status", str(sweep_id), "--database-url", migrated_url)
+    assert status.returncode == 0 and "done" in status.stdout
+    report = slotune("sweep", "report", str(sweep_id), "--output", str(tmp_path / "r"),
+                     "--database-url", migrated_url)
+    assert report.returncode == 0, report.stderr
+    html = Path(report.stdout.strip())
+    assert html.exists() and "vllm serve" in html.read_text()
+    assert "carries " in html.read_text() and "20 req/s needs " in html.read_text()
+    best = slotune("best", "--database-url", migrated_url)
+    assert best.returncode == 0 and final.workload in best.stdout
+    assert "vllm serve Qwen/Qwen2.5-7B-Instruct" in best.stdout
+
+
+def test_a_sweep_submitted_with_a_trace_workload_file_runs_under_the_coordinator(
+        store: Store, migrated_url: str, tmp_path: Path) -> None:
+    # The trace passed the path rule at submit (it lies beside its workload file); the
+    # coordinator runs the stored space as it is, with no $SLOTUNE_HOME to judge it by.
+    folder = tmp_path / "night"
+    folder.mkdir()
+    (folder / "short.jsonl").write_text("".join(
+        json.dumps({"prompt_len": 64, "output_len": 16}) + "\n" for _ in range(40)))
+    (folder / "short.yaml").write_text(
+        "name: short\ndataset: {kind: trace, path: short.jsonl, use_trace_arrivals: false}\n"
+        "arrivals: {request_rate: 2}\nnum_prompts: 40\n")
+    env = {k: v for k, v in os.environ.items() if k != "SLOTUNE_HOME"}
+    submitted = slotune("sweep", "submit", "--space", "lab", "--strategy", "random",
+                        "--trials", "2", "--mode", "goodput",
+                        "--workload", str(folder / "short.yaml"),
+                        "--database-url", migrated_url, env=env)
+    assert submitted.returncode == 0, submitted.stderr
+    sweep_id = int(submitted.stdout.strip())
+    served = slotune("coordinator", "--executor", "virtual", "--once", "--poll", "0.2",
+                     "--database-url", migrated_url, env=env)
+    assert served.returncode == 0, served.stderr
+    final = store.get_sweep(sweep_id)
+    assert final.status == "done", final.stop_reason
+    trials = store.list_trials(sweep_id).data
+    assert len(trials) == 2 and all(t.status == "ok" for t in trials)
+
+
+def test_cancel_a_queued_sweep(store: Store, migrated_url: str) -> None:
+    submitted = slotune("sweep", "submit", "--trials", "3", "--database-url", migrated_url)
+    sweep_id = int(submitted.stdout.strip())
+    cancelled = slotune("sweep", "cancel", str(sweep_id), "--database-url", migrated_url)
+    assert cancelled.returncode == 0 and "cancelled" in cancelled.stdout
+    assert store.get_sweep(sweep_id).status == "cancelled"
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)  # the mapping, not the backend
+def test_one_error_exits_the_same_way_from_every_command(
+        store: Store, migrated_url: str, tmp_path: Path) -> None:
+    def refused(*args: str, url: str = migrated_url) -> tuple[int, str]:
+        run = slotune(*args, "--database-url", url)
+        assert "Traceback" not in run.stderr
+        lines = run.stderr.strip().splitlines()
+        assert len(lines) == 1, run.stderr
+        return run.returncode, lines[0]
+
+    # Naming what is not there is a usage mistake: 2, from every command.
+    for args in (["sweep", "status", "999"], ["sweep", "cancel", "999"],
+                 ["sweep", "resume", "999", "--executor", "virtual"],
+                 ["sweep", "report", "999", "--output", str(tmp_path / "r")]):
+        assert refused(*args) == (2, "slotune: error: no sweep 999"), args
+    # The sweep's state forbids it: 1, from every command.
+    request = SweepRequest(space="lab", mode="goodput", workload=LAB_4RPS, strategy="random",
+                           budget=SweepBudget(max_trials=1))
+    finished = queue_sweep(store, request, claimed_by="coordinator-x")
+    store.update_sweep(finished.id, status="done", lease=finished.lease)
+    for args in (["sweep", "cancel", str(finished.id)],
+                 ["sweep", "resume", str(finished.id), "--executor", "virtual"]):
+        code, line = refused(*args)
+        assert code == 1 and f"sweep {finished.id} is done" in line, (args, line)
+    # A database without our schema: the setup step is missing, 2, and it is named.
+    bare = f"sqlite:///{tmp_path / 'bare.db'}"
+    for args in (["sweep", "status"], ["sweep", "cancel", "1"], ["best"]):
+        code, line = refused(*args, url=bare)
+        assert code == 2 and "slotune db upgrade" in line, (args, line)
+    # A database that does not answer: 1, with its address redacted.
+    away = "postgresql://slotune:hunter2@127.0.0.1:1/nowhere"
+    for args in (["sweep", "status"], ["best"], ["db", "upgrade"]):
+        code, line = refused(*args, url=away)
+        assert code == 1 and "unavailable" in line and "hunter2" not in line, (args, line)

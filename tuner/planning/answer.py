@@ -1,0 +1,101 @@
+"""The seed's whole answer to a capacity sweep, in one sentence.
+
+"Given p99 TTFT ≤ 300 ms and TPOT ≤ 50 ms at 20 req/s, how do we serve the most traffic
+and how many instances do we need?" A capacity-mode sweep measured what one replica of
+each configuration carries; the capacity planner (:func:`tuner.planning.planner.plan_capacity`,
+the same one ``slotune plan`` and ``POST /api/v1/capacity`` ask) sizes the workload's
+own rate from it, with its default headroom and the configured GPU prices. The terminal
+(``sweep run``) and the report lead with the same sentence.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tuner.db.records import SweepRecord
+from tuner.db.store import Store
+from tuner.planning.planner import DEFAULT_HEADROOM, CapacityPlan, PlanError, plan_capacity
+from tuner.settings import get_settings
+from tuner.sweep.progress import SweepProgress
+from workers.contracts import SLO, QualityVerdict
+from workers.sim.catalog import UnknownCatalogEntry, get_gpu
+
+__all__ = ["SweepAnswer", "sweep_answer", "twin_sentence"]
+
+
+@dataclass(frozen=True, slots=True)
+class SweepAnswer:
+    plan: CapacityPlan
+    quality: str | None
+    """What the chosen configuration's quality gate found (None: it is lossless)."""
+    twin: str | None = None
+    """A twin sweep: how many configurations were measured and how many only screened."""
+
+    @property
+    def sentence(self) -> str:
+        plan = self.plan
+        slo = SLO.model_validate_json(plan.slo)
+        targets = " / ".join(f"{m.upper()} ≤ {v:g} ms" for m, v in slo.targets.items())
+        config = ", ".join(f"{k}={v}" for k, v in plan.config.items())
+        cost = "" if plan.cost_per_hour is None else f", ${plan.cost_per_hour:,.2f}/h"
+        checked = f" ({self.quality})" if self.quality else ""
+        return (f"{plan.model} on {_replica(plan)} carries {plan.per_replica_rps:.3g} req/s "
+                f"under p{slo.percentile:g} {targets} with {config}{checked}; "
+                f"{plan.target_rps:g} req/s needs {plan.replicas} "
+                f"replica{'s' if plan.replicas != 1 else ''} ({plan.gpus} "
+                f"GPU{'s' if plan.gpus != 1 else ''}{cost}, {plan.headroom:.0%} headroom)"
+                + (f"; {self.twin}" if self.twin else ""))
+
+
+def sweep_answer(store: Store, sweep: SweepRecord) -> SweepAnswer | None:
+    """The answer for a capacity-mode sweep's workload at its own rate; None for a
+    goodput sweep, a workload without a finite rate, or nothing that met the SLO."""
+    if sweep.mode != "capacity":
+        return None
+    rate = store.get_workload(sweep.workload).spec.get("arrivals", {}).get("request_rate")
+    if not isinstance(rate, int | float) or not math.isfinite(rate) or rate <= 0:
+        return None
+    try:
+        plan = plan_capacity(store, workload=sweep.workload, target_rps=float(rate),
+                             headroom=DEFAULT_HEADROOM, model=sweep.model, gpu=sweep.gpu,
+                             slo=sweep.slo_key, gpu_prices=get_settings().planner.prices())
+    except PlanError:
+        return None
+    if plan.basis != "capacity":
+        return None
+    result = store.get_trial(plan.trial_ids[0]).result or {}
+    return SweepAnswer(plan=plan, quality=_quality(result.get("quality")),
+                       twin=twin_sentence(sweep))
+
+
+def twin_sentence(sweep: SweepRecord) -> str | None:
+    """"measured 6 of 144 configurations; the twin screened the rest" (twin sweeps)."""
+    twin = SweepProgress.of(sweep.progress).twin
+    if twin is None:
+        return None
+    return (f"measured {twin.booted} of {twin.candidates} configurations; "
+            "the twin screened the rest")
+
+
+def _replica(plan: CapacityPlan) -> str:
+    try:
+        name = get_gpu(plan.gpu).device_name.removeprefix("NVIDIA ").removeprefix("GeForce ")
+    except UnknownCatalogEntry:
+        name = plan.gpu
+    if plan.gpus_per_replica == 1:
+        return f"one {name}"
+    return f"{plan.gpus_per_replica} × {name} per replica"
+
+
+def _quality(stored: object) -> str | None:
+    if not isinstance(stored, dict):
+        return None  # lossless: nothing was checked
+    verdict = QualityVerdict.model_validate(stored)
+    lossy = ", ".join(verdict.lossy)
+    if not verdict.checked:
+        return f"{lossy} not quality-checked: lossy values allowed"
+    if verdict.agreement is not None:
+        return (f"{lossy} passed the golden-request check: {verdict.agreement:.0%} "
+                "token agreement with the lossless baseline")
+    return f"{lossy} passed the quality command: score {verdict.score:g}"

@@ -1,0 +1,122 @@
+"""A sweep's confirmation, driven: its top results re-run, stored, and the winner named.
+
+:class:`~tuner.sweep.confirmation.ConfirmationPhase` runs repeats and picks a winner without a
+database; this is the sweep's side of it. :class:`SweepConfirmation` picks the top
+configurations from the :class:`~tuner.sweep.tally.Tally`, builds each repeat's spec (around
+the capacity its first run found, checked against the sweep's quality baseline like the
+search), logs and stores every attempt as a ``repeat`` row through the sweep's
+:class:`~tuner.sweep.recorder.SweepRecorder`, shows each to the strategy, and takes over the
+repeats a previous coordinator of the sweep stored. The winner is marked ``confirmed``
+only when its repeats hold the SLO: a lucky search run is not.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tuner.db.records import TrialRecord
+from tuner.strategies import Proposal, Strategy
+from tuner.sweep.baselines import QualityBaselines
+from tuner.sweep.confirmation import ConfirmationPhase, Slot, top_configurations
+from tuner.sweep.launcher import TrialLauncher, retry_as
+from tuner.sweep.log import SweepEvents
+from tuner.sweep.recorder import HEARTBEAT_S, SweepRecorder
+from tuner.sweep.request import SweepBudget
+from tuner.sweep.resume import stored_repeats
+from tuner.sweep.tally import Tally
+from workers.contracts import CapacitySearch, KnobValue, TrialResult, TrialSpec
+from workers.engines import adapter_for
+from workers.pipeline import remeasure_search
+
+__all__ = ["SpecBuilder", "SweepConfirmation"]
+
+SpecBuilder = Callable[..., TrialSpec]
+"""The runner's spec of (params, trial_id, **overrides), as its search trials get."""
+
+
+@dataclass
+class SweepConfirmation:
+    """The confirmation phase of one sweep (see the module docstring)."""
+
+    recorder: SweepRecorder
+    log: SweepEvents
+    strategy: Strategy
+    tally: Tally
+    baselines: QualityBaselines[Proposal]
+    spec: SpecBuilder
+    capacity: CapacitySearch
+    """The space's capacity search (a repeat's is centred on what its first run found)."""
+
+    def run(self, launcher: TrialLauncher[Slot], limits: SweepBudget, *,
+            keep_going: Callable[[], bool]) -> None:
+        """Re-run the top ``limits.confirm_top`` configurations ``confirm_repeats`` times;
+        a winner leaves the table and the confirmed best (or why there is none) in the
+        tally. Nothing changes when there was no candidate or ``keep_going`` said stop."""
+        tally, sweep_id = self.tally, self.recorder.sweep_id
+        chosen = top_configurations([(row.params, res) for row, res in tally.results],
+                                    limits.confirm_top)
+        if not chosen:
+            return
+        top = [tally.results[i][0] for i in chosen]
+        found = [tally.results[i][1].capacity for i in chosen]
+
+        def record(slot: Slot, attempt: int, spec: TrialSpec, result: TrialResult) -> None:
+            row = top[slot[0]]
+            self.log.trial_ended(row.number, row.params, result, None, attempt=attempt,
+                                 repeat=slot[1] + 1,
+                                 retried=retry_as(result, attempt) is not None)
+            self.recorder.record(role="repeat", number=row.number, repeat=slot[1] + 1,
+                                 repeat_of=row.id, attempt=attempt, params=row.params,
+                                 spec=spec, result=result)
+            self.strategy.observe_repeat(row.params, result)
+            self.recorder.drain()
+
+        def started(slot: Slot, attempt: int) -> None:
+            row = top[slot[0]]  # handed to the launcher: its GPUs are held
+            self.log.trial_started(row.number, row.params, attempt=attempt,
+                                   repeat=slot[1] + 1)
+
+        done, attempts = stored_repeats(self.recorder.store, sweep_id, top)
+        for (i, _), result in done.items():
+            self.strategy.observe_repeat(top[i].params, result)
+        phase = ConfirmationPhase(launcher,
+                                  lambda i, r, a: self._repeat_spec(top[i], r, a, found[i]),
+                                  repeats=limits.confirm_repeats, record=record,
+                                  started=started, done=done, attempts=attempts)
+        try:
+            outcome = phase.run([row.params for row in top], keep_going=keep_going)
+        finally:
+            tally.gpu_hours += phase.gpu_hours
+        while not self.recorder.drain() and not self.recorder.lease_lost:
+            time.sleep(HEARTBEAT_S)  # every repeat is stored before the winner is named
+        if outcome is None or outcome.winner is None:
+            return
+        winner = top[outcome.winner]
+        if outcome.held:
+            self.recorder.store.mark_confirmed(winner.id, repeats=limits.confirm_repeats,
+                                               lease=self.recorder.lease)
+            tally.best = (outcome.mean, winner.id)
+        else:
+            tally.best = None
+            tally.unconfirmed = (
+                "the best configurations did not hold the SLO when re-run "
+                f"({limits.confirm_repeats} repeats each): their search results were not "
+                "reproducible")
+        tally.confirmation = [{"trial_id": top[row.pop("candidate")].id, **row}
+                              for row in outcome.table]
+
+    def _repeat_spec(self, row: TrialRecord, repeat: int, attempt: int,
+                     capacity: float | None) -> TrialSpec:
+        overrides: dict[str, Any] = {}
+        if capacity:  # re-measured around what the first run found
+            overrides["capacity"] = remeasure_search(self.capacity, capacity)
+        params: dict[str, KnobValue] = row.params
+        spec = self.spec(params,
+                         f"s{self.recorder.sweep_id}-t{row.number}-confirm{repeat}-a{attempt}",
+                         **overrides)
+        # A lossy configuration is checked against the sweep's baseline, as in the search.
+        spec = self.baselines.ready(spec) or spec
+        return adapter_for(spec.engine).repeat_spec(spec, repeat)
