@@ -38,9 +38,21 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # One real vLLM at a time: a boot takes both cores, so two at once only take twice as
     # long and run past their timeouts; under --dist loadgroup they share one worker.
+    # A module's own fixture (a server, a fleet of live trials) is built once per worker
+    # that runs any of its tests: the tests that share one run on one worker.
     for item in items:
         if item.get_closest_marker("vllm"):
             item.add_marker(pytest.mark.xdist_group("vllm"))
+        elif _uses_a_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
+def _uses_a_module_fixture(item: pytest.Item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    return any(defs[-1].scope in ("module", "class")
+               for defs in info.name2fixturedefs.values() if defs)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
