@@ -153,28 +153,42 @@ class BlockPool:
 
     Freed blocks keep their hash and stay reusable until the free queue hands them out
     again (eviction), which is how a preempted or finished request's prefix survives.
+
+    vLLM's queue starts as every block in order, and a freed block joins its tail, so
+    the blocks never used yet always come first: they are kept as a count (``fresh``, the
+    next one), not as entries. A pool of 100 000 blocks is built in no time, which the
+    twin's screening (thousands of engines a sweep) needs.
     """
 
     def __init__(self, num_blocks: int) -> None:
         self.num_blocks = num_blocks
         self.ref_count = [0] * num_blocks
         self.block_hash: list[int | None] = [None] * num_blocks
-        self.free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(num_blocks))
+        self.fresh = 0
+        """Blocks ``fresh`` … ``num_blocks - 1`` were never used: the queue's head."""
+        self.free: OrderedDict[int, None] = OrderedDict()
+        """Blocks used and freed since, least recently freed first: the queue's tail."""
         self.cached: dict[int, int] = {}
 
     @property
     def num_free(self) -> int:
-        return len(self.free)
+        return self.num_blocks - self.fresh + len(self.free)
 
     @property
     def usage(self) -> float:
-        return 1.0 - len(self.free) / self.num_blocks
+        return 1.0 - self.num_free / self.num_blocks
 
     def take(self, n: int) -> list[int]:
         """Hand out ``n`` free blocks, least recently freed first, evicting their hashes."""
         out = []
         free, block_hash, ref_count = self.free, self.block_hash, self.ref_count
         for _ in range(n):
+            if self.fresh < self.num_blocks:
+                block = self.fresh
+                self.fresh += 1
+                ref_count[block] = 1
+                out.append(block)
+                continue
             block = free.popitem(last=False)[0]
             h = block_hash[block]
             if h is not None:
@@ -205,7 +219,7 @@ class BlockPool:
 
     def reset(self) -> bool:
         """Drop every cached hash; refused (False) while any block is in use, as in vLLM."""
-        if len(self.free) != self.num_blocks:
+        if self.num_free != self.num_blocks:
             return False
         self.cached.clear()
         self.block_hash = [None] * self.num_blocks
@@ -511,19 +525,23 @@ class EngineCore:
                     req.num_cached_blocks = held
                 else:
                     self._register_full_blocks(req, held)
-            while not free:
+            while not free and pool.fresh == pool.num_blocks:
                 victim = self._preempt_tail()
                 preempted.append(victim)
                 if victim is req:
                     break
             else:
                 # BlockPool.take(1), inlined: this runs once per generated block.
-                block = free.popitem(last=False)[0]
-                evicted = block_hash[block]
-                if evicted is not None:
-                    if cached.get(evicted) == block:
-                        del cached[evicted]
-                    block_hash[block] = None
+                if pool.fresh < pool.num_blocks:
+                    block = pool.fresh
+                    pool.fresh += 1
+                else:
+                    block = free.popitem(last=False)[0]
+                    evicted = block_hash[block]
+                    if evicted is not None:
+                        if cached.get(evicted) == block:
+                            del cached[evicted]
+                        block_hash[block] = None
                 ref_count[block] = 1
                 blocks.append(block)
                 next_due.append((req, epoch))

@@ -13,7 +13,7 @@ import pytest
 from tests.workers.sim.loads import itls, pct, poisson_load, throughput, tpots, ttfts
 from workers.sim import tokenizer
 from workers.sim.config import build_config
-from workers.sim.core import EngineCore, RequestRejected
+from workers.sim.core import BlockPool, EngineCore, RequestRejected
 from workers.sim.simulate import SimRequestSpec, simulate
 
 QWEN7B = "Qwen/Qwen2.5-7B-Instruct"
@@ -238,3 +238,24 @@ def test_a_prompt_that_quotes_an_answer_reuses_the_answers_blocks(lazy: bool) ->
     second = next(r for r in result.requests if r.prompt_tokens == len(second_prompt))
     # Every full block of prompt + answer, i.e. (200 + 96) // 16 blocks, is a hit.
     assert second.num_cached_tokens == (200 + 96) // 16 * 16
+
+
+def test_the_block_pool_hands_out_unused_blocks_first_then_the_least_recently_freed() -> None:
+    # vLLM's free queue: every block in order, a freed block joins the tail (a request's
+    # tail block first), and handing a freed block out again evicts its prefix hash.
+    pool = BlockPool(5)
+    assert (pool.num_free, pool.usage) == (5, 0.0)
+    first = pool.take(3)
+    assert first == [0, 1, 2] and pool.num_free == 2
+    pool.register(0, 111)
+    pool.register(1, 222)
+    pool.release(first)
+    assert pool.num_free == 5 and pool.usage == 0.0
+    assert pool.take(2) == [3, 4]  # never used: ahead of every freed block
+    pool.touch([1])  # a prefix hit takes a cached block off the free queue
+    assert pool.cached == {111: 0, 222: 1}
+    assert pool.take(2) == [2, 0]  # freed tail first: 2, (1 is in use), then 0
+    assert pool.cached == {222: 1}  # block 0 went out again: its hash is gone
+    assert pool.num_free == 0 and not pool.reset()  # in use: the cache stays
+    pool.release([1, 2, 0, 3, 4])
+    assert pool.reset() and pool.cached == {}
