@@ -231,10 +231,11 @@ def test_confirmation_repeats_kept_by_the_coordinator_count_for_the_winner() -> 
     from tuner.report._analysis import TrialPoint, _confidence
     from tuner.sweep.progress import SweepProgress
 
-    winner = TrialPoint(id=7, number=3, attempt=1, status="ok", failure_class=None,
-                        params={"max_num_seqs": 64}, config={}, objective=4.0, capacity=None,
-                        confirmed=True, metrics={}, headroom=0.8, gate_passed=True,
-                        diagnosis=None, failure_message=None, violated_rule=None)
+    winner = TrialPoint(id=7, sweep_id=1, number=3, attempt=1, status="ok",
+                        failure_class=None, params={"max_num_seqs": 64}, config={},
+                        objective=4.0, capacity=None, confirmed=True, worker=None,
+                        started_at=None, finished_at=None, diagnosis=None, headroom=0.8,
+                        gate_passed=True)
     stored = {"confirmation": [
         {"trial_id": 7, "params": {"max_num_seqs": 64}, "runs": [3.8, 4.2]},
         {"trial_id": 8, "params": {"max_num_seqs": 128}, "runs": [0.0, 0.0]}]}

@@ -155,29 +155,17 @@ class BestOut(BestConfig):
         return cls(**record.model_dump(), vllm_command=vllm_command(record.model, record.config))
 
 
-class NoPassingOut(_Out):
-    """A (workload, model, gpu, slo) that was measured and where nothing met the SLO."""
+class NoPassingOut(NoPassingConfig):
+    """A (workload, model, gpu, slo) that was measured and where nothing met the SLO
+    (:class:`~tuner.db.records.NoPassingConfig`, its ``reason`` included), and the
+    command line of the configuration that came closest."""
 
-    workload: str
-    model: str
-    gpu: str
-    slo: str
-    request_rate: float | None
-    closest: int
-    """The trial that came closest (smallest worst observed/target ratio)."""
-    closest_config: dict[str, Any]
-    closest_ratio: float | None
-    """Its worst observed/target SLO ratio (1.3: 30 % over target)."""
-    trials: int
-    measured_at: datetime | None
     closest_command: str
     """The ``vllm serve`` command of the closest configuration."""
-    reason: str
-    """What to tell a reader instead of a winner."""
 
     @classmethod
     def from_record(cls, record: NoPassingConfig) -> NoPassingOut:
-        return cls(**record.model_dump(), reason=record.reason(),
+        return cls(**record.model_dump(exclude={"reason"}),
                    closest_command=vllm_command(record.model, record.closest_config))
 
 

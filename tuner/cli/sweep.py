@@ -244,7 +244,7 @@ def _finish(store: Any, sweep: SweepRecord, console: Console,
     else:
         missing = [m for m in store.without_passing_config(sweep.workload)
                    if (m.model, m.gpu, m.slo) == (sweep.model, sweep.gpu, sweep.slo_key)]
-        why = missing[0].reason() if missing else "no configuration met the SLO"
+        why = missing[0].reason if missing else "no configuration met the SLO"
         console.print(f"[yellow]{why}[/]", highlight=False)
     try:
         report = _write_report(store, sweep.id, report_dir)
@@ -617,7 +617,7 @@ def best_command(
         print(json.dumps({
             "data": [{**r.model_dump(mode="json"), "vllm_command": c}
                      for r, c in zip(rows, commands, strict=True)],
-            "without_passing": [{**m.model_dump(mode="json"), "reason": m.reason()}
+            "without_passing": [m.model_dump(mode="json")
                                 for m in missing]}, indent=2))
         return
     if output == "tsv":
@@ -633,4 +633,4 @@ def best_command(
         console.print(f"{r.workload}: {command}", soft_wrap=True, highlight=False)
     for m in missing:
         console.print(f"[yellow]{m.workload} ({m.model} on {m.gpu}, SLO {slo_text(m.slo)}): "
-                      f"{m.reason()}[/]", highlight=False)
+                      f"{m.reason}[/]", highlight=False)

@@ -283,13 +283,16 @@ BEST_CONFIG_VIEW = "best_config_per_workload"
 # The view is created by the migrations (SQL in migrations/versions); this Table only
 # describes its columns for reading. It lives in its own MetaData so nothing ever
 # creates it as a table.
+def _view_group_columns() -> tuple[Column[Any], ...]:
+    """What both views group by: one (workload, model, gpu, slo) a row."""
+    return (Column("workload", String), Column("model", String), Column("gpu", String),
+            Column("slo", String))
+
+
 best_config_view = Table(
     BEST_CONFIG_VIEW,
     MetaData(),
-    Column("workload", String),
-    Column("model", String),
-    Column("gpu", String),
-    Column("slo", String),
+    *_view_group_columns(),
     Column("config", JSONType),
     Column("objective", Float),
     Column("capacity", Float),
@@ -311,10 +314,7 @@ NO_PASSING_VIEW = "workloads_without_passing_config"
 no_passing_view = Table(
     NO_PASSING_VIEW,
     MetaData(),
-    Column("workload", String),
-    Column("model", String),
-    Column("gpu", String),
-    Column("slo", String),
+    *_view_group_columns(),
     Column("request_rate", Float),
     Column("closest", Integer),
     Column("closest_config", JSONType),

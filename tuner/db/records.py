@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, computed_field
 
 __all__ = [
     "BestConfig",
@@ -252,6 +252,8 @@ class NoPassingConfig(_Record):
     trials: int
     measured_at: datetime | None
 
+    @computed_field  # type: ignore[prop-decorator]
+    @property
     def reason(self) -> str:
         """What a reader is told instead of a winner."""
         rate = self.request_rate

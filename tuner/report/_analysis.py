@@ -18,7 +18,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tuner.db.records import BestConfig, CardRecord, SweepRecord, TrialRecord
+from pydantic import Field
+
+from tuner.db.records import BestConfig, CardRecord, SweepRecord, TrialFields, TrialRecord
 from tuner.planning.frontier import Frontier, pareto_front  # one definition: the frontier owns it
 from tuner.strategies import NOISE_TOLERANCE, params_key, rank
 from tuner.sweep.progress import ConfirmedCandidate, SweepProgress, TwinProgress
@@ -44,35 +46,22 @@ LATENCY_METRICS: tuple[str, ...] = ("ttft", "tpot")
 """The p99 latencies plotted against each knob (and their SLO targets)."""
 
 
-@dataclass(frozen=True, slots=True)
-class TrialPoint:
-    """One trial, flattened to what the report shows."""
+class TrialPoint(TrialFields):
+    """One trial as the report shows it: the fields everyone reads
+    (:class:`~tuner.db.records.TrialFields`, as the API's ``TrialOut``) and what the report
+    reads out of its stored result."""
 
-    id: int
-    number: int
-    attempt: int
-    status: str
-    failure_class: str | None
-    params: dict[str, Any]
-    config: dict[str, Any]
-    objective: float | None
-    capacity: float | None
-    confirmed: bool
-    metrics: dict[str, Any]
-    headroom: float | None
-    gate_passed: bool
-    diagnosis: dict[str, Any] | None
-    failure_message: str | None
-    violated_rule: str | None
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    """The result's metrics, as measured (vLLM bench names and ``slotune``'s own)."""
+    headroom: float | None = None
+    gate_passed: bool = False
+    failure_message: str | None = None
+    violated_rule: str | None = None
     quality: dict[str, Any] | None = None
     """The quality gate's verdict (a lossy configuration), as stored."""
-    timings: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, Any] = Field(default_factory=dict)
     """Where the trial's time went (``PhaseTimings``), as stored; older rows lack the
     boot phases."""
-    role: str = "search"
-    """``search``, ``repeat`` (a confirmation re-run) or ``baseline`` (the quality
-    baseline): only search rows are configurations of the sweep."""
-    repeat: int = 0
 
     @property
     def label(self) -> str:
@@ -348,13 +337,10 @@ def _order(value: Any) -> tuple[int, float, str]:
 
 def _point(trial: TrialRecord) -> TrialPoint:
     result = trial.result or {}
-    metrics = dict(result.get("metrics") or {})
     headroom = result.get("headroom")
     return TrialPoint(
-        id=trial.id, number=trial.number, attempt=trial.attempt, status=trial.status,
-        failure_class=trial.failure_class, params=dict(trial.params),
-        config=dict(trial.config), objective=trial.objective, capacity=trial.capacity,
-        confirmed=trial.confirmed, metrics=metrics,
+        **trial.model_dump(include=set(TrialFields.model_fields) - {"timings", "diagnosis"}),
+        metrics=dict(result.get("metrics") or {}),
         headroom=float(headroom) if isinstance(headroom, int | float) else None,
         gate_passed=bool(result.get("gate_passed", False)),
         diagnosis=trial.diagnosis or result.get("diagnosis"),
@@ -362,7 +348,6 @@ def _point(trial: TrialRecord) -> TrialPoint:
         violated_rule=result.get("violated_rule"),
         quality=result.get("quality"),
         timings=dict(trial.timings or result.get("timings") or {}),
-        role=trial.role, repeat=trial.repeat,
     )
 
 

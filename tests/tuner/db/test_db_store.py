@@ -350,7 +350,7 @@ def test_view_rule_a_configuration_that_missed_the_slo_is_never_a_best_row(
     assert (row.closest, row.closest_ratio, row.trials) == (closest, 1.25, 2)
     assert row.request_rate == 20.0
     assert row.closest_config["max_num_seqs"] == 128 and row.measured_at is not None
-    assert row.reason() == (
+    assert row.reason == (
         f"no configuration meets the SLO at {row.request_rate:g} req/s (2 measured); the "
         f"closest (trial {closest}) missed its worst SLO target by 25%: a capacity problem "
         "(more replicas, a larger GPU, or capacity mode), not a tuning one")
