@@ -154,7 +154,9 @@ def lift_engine_options(data: Any, owner: str, default_engine: str,
         given.append((OPTIONS_KEY, _validated(model, value, OPTIONS_KEY, engine, owner)))
     out.pop(OPTIONS_KEY, None)
     if engine in out and engine not in fields:
-        given.append((engine, _validated(model, out.pop(engine), engine, engine, owner)))
+        value = out.pop(engine)  # None: not given (an old space's dump: sim: null)
+        if value is not None:
+            given.append((engine, _validated(model, value, engine, engine, owner)))
     flat = {name: out.pop(name) for name in model.flat_fields if name in out}
     if any(value is not None for value in flat.values()):
         given.append((", ".join(flat), _validated(model, flat, "", engine, owner)))
