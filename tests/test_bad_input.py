@@ -498,7 +498,7 @@ def test_hostile_values_are_single_argv_elements_for_both_engines(tmp_path: Path
               "kv_cache_dtype": "--served-model-name x --enforce-eager"}
     spec = space.to_trial_spec({**space.defaults(), **values}, "t-hostile")
     for kind in ("sim", "vllm"):
-        argv = make_engine(spec.model_copy(update={"engine": kind}), tmp_path).argv(8000)
+        argv = make_engine(spec.for_engine(kind), tmp_path).argv(8000)
         for name, value in values.items():
             assert f"--{name.replace('_', '-')}={value}" in argv
         assert "--enforce-eager" not in argv and "rm" not in argv

@@ -12,16 +12,19 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal, TypeVar, get_args
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SerializeAsAny,
     field_serializer,
     field_validator,
     model_validator,
 )
+
+from workers.engine_options import EngineOptions, lift_engine_options, options_model
 
 __all__ = [
     "BOOT_PHASES",
@@ -38,7 +41,7 @@ __all__ = [
     "CustomDataset",
     "DatasetConfig",
     "EngineFacts",
-    "EngineKind",
+    "EngineOptions",
     "FailureClass",
     "GoldenCheck",
     "KnobValue",
@@ -54,7 +57,6 @@ __all__ = [
     "SLOMetric",
     "ShareGPTDataset",
     "ShareGPTLikeDataset",
-    "SimOptions",
     "TraceDataset",
     "TraceFields",
     "TrialResult",
@@ -63,8 +65,9 @@ __all__ = [
     "TrialTimeouts",
     "Workload",
     "engine_flags",
-    "engine_options_problem",
+    "engine_kind",
     "lift_sim_gpu",
+    "options_for",
     "replica_gpus",
 ]
 
@@ -454,7 +457,6 @@ class SLO(_Strict):
 
 # --- trials --------------------------------------------------------------------------------
 
-EngineKind = Literal["vllm", "sim"]
 Device = Literal["gpu", "cpu"]
 ObjectiveMode = Literal["goodput", "capacity"]
 TrialStatus = Literal["ok", "infeasible", "failed"]
@@ -491,31 +493,25 @@ class TrialTimeouts(_Strict):
     """Between SIGTERM and SIGKILL of the engine's process group."""
 
 
-class SimOptions(_Strict):
-    """Options of the simulated engine (``--sim-*`` flags); other engines refuse them.
-
-    The GPU it models is not one of them: that is the trial's (and the space's) ``gpu``,
-    which every engine has.
-    """
-
-    seed: int = 0
-    noise: float = Field(0.0, ge=0)
-    time_scale: float = Field(1.0, gt=0)
-    """The engine runs this much faster than real time; the load generator compensates."""
-    cost_model: str = "roofline"
+_Options = TypeVar("_Options", bound=EngineOptions)
 
 
-def engine_options_problem(engine: str, sim: SimOptions | None, engine_binary: str | None,
-                           owner: str) -> str | None:
-    """What is wrong with giving these options to ``engine`` (None: nothing): one rule
-    for a space (``owner`` "space") and for the trial specs it makes ("trial")."""
-    if engine != "sim" and sim is not None and sim != SimOptions():
-        return (f"sim: options of the simulated engine; this {owner}'s engine is {engine} "
-                "(drop them)")
-    if engine == "sim" and engine_binary is not None:
-        return ("engine_binary: the simulated engine runs in slotune's own Python; "
-                "engine_binary is for engine: vllm")
-    return None
+def engine_kind(value: str) -> str:
+    """``value`` if it names a registered engine; else ``ValueError`` naming the valid ones
+    (one check for a spec's and a space's ``engine``)."""
+    options_model(value)
+    return value
+
+
+def options_for(engine: str, options: EngineOptions, owner: str) -> EngineOptions:
+    """``options`` if they are ``engine``'s (its registered model), else ``ValueError``
+    saying whose they are: the after-check of a spec and a space (a ``model_copy`` that
+    changed the engine alone, say)."""
+    model = options_model(engine)
+    if type(options) is not model:
+        raise ValueError(f"options: {type(options).__name__} are not the options of engine "
+                         f"{engine} ({model.__name__}); this {owner} needs those")
+    return options
 
 
 def lift_sim_gpu(data: Any) -> Any:
@@ -646,7 +642,9 @@ class TrialSpec(_Strict):
     """One configuration to boot, warm up, measure against the SLO and tear down."""
 
     trial_id: str = Field(min_length=1)
-    engine: EngineKind = "sim"
+    engine: str = "sim"
+    """The engine adapter's kind (``sim``, ``vllm``: whatever :mod:`workers.engines`
+    registers)."""
     model: str = Field(min_length=1)
     knobs: dict[str, KnobValue] = Field(default_factory=dict)
     """The sampled knob values, by vLLM's argument name (``max_num_seqs``)."""
@@ -663,14 +661,14 @@ class TrialSpec(_Strict):
     """The GPU type the trial targets: the catalogue GPU (or the absolute path of the
     device file) the simulated engine models; for a real engine the space's GPU kind (a
     typed cluster maps it to its nodes' label)."""
-    sim: SimOptions = Field(default_factory=SimOptions)
-    """The simulated engine's options (only engine ``sim`` takes any but the defaults)."""
+    options: SerializeAsAny[EngineOptions] = Field(default_factory=EngineOptions)
+    """The engine's own options, of its registered model (:mod:`workers.engine_options`):
+    the simulated engine's ``seed``/``noise``/``time_scale``/``cost_model``, vLLM's
+    ``engine_binary`` (None: the worker's ``SLOTUNE_VLLM_BIN``, else ``vllm`` on PATH).
+    Also read as spelled before: ``sim: {…}``, and ``engine_binary`` at the top level."""
     device: Device = "gpu"
     """Where the engine computes: GPUs (Ray assigns them), or the CPU (vLLM's CPU build:
     the trial reserves CPUs instead, one per tensor-parallel rank)."""
-    engine_binary: str | None = Field(None, min_length=1)
-    """The engine's executable (the space's ``engine_binary``); None: the worker's
-    ``SLOTUNE_VLLM_BIN``, else ``vllm`` on PATH."""
     env_passthrough: tuple[str, ...] = ("HF_HOME", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN",
                                         "NCCL_DEBUG")
     """Environment variables handed through to the engine (secrets are redacted in logs);
@@ -688,15 +686,31 @@ class TrialSpec(_Strict):
 
     @model_validator(mode="before")
     @classmethod
-    def _gpu_in_sim(cls, data: Any) -> Any:
-        return lift_sim_gpu(data)
+    def _older_shapes(cls, data: Any) -> Any:
+        return lift_engine_options(lift_sim_gpu(data), "trial", "sim", cls.model_fields)
+
+    @field_validator("engine")
+    @classmethod
+    def _registered_engine(cls, value: str) -> str:
+        return engine_kind(value)
 
     @model_validator(mode="after")
     def _options_of_its_engine(self) -> TrialSpec:
-        problem = engine_options_problem(self.engine, self.sim, self.engine_binary, "trial")
-        if problem is not None:
-            raise ValueError(problem)
+        options_for(self.engine, self.options, "trial")
         return self
+
+    def options_of(self, model: type[_Options]) -> _Options:
+        """The options as ``model``, for the adapter that reads them. A spec of another
+        engine has none of ``model``'s options: their defaults (how the simulator models
+        a vLLM spec)."""
+        return self.options if isinstance(self.options, model) else model()
+
+    def for_engine(self, engine: str) -> TrialSpec:
+        """This trial on another engine, with that engine's default options."""
+        if engine == self.engine:
+            return self
+        return self.model_copy(update={"engine": engine_kind(engine),
+                                       "options": options_model(engine)()})
 
     @property
     def engine_flags(self) -> dict[str, KnobValue]:

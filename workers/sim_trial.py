@@ -31,7 +31,6 @@ from workers.contracts import (
     SLO,
     DatasetConfig,
     EngineFacts,
-    FailureClass,
     GoldenCheck,
     KnobValue,
     MultiTurnDataset,
@@ -41,7 +40,7 @@ from workers.contracts import (
     Workload,
 )
 from workers.engines import EngineFailure
-from workers.engines.sim import SIM_ARGS
+from workers.engines.sim import SIM_ARGS, sim_options
 from workers.loadgen.arrivals import arrival_offsets
 from workers.loadgen.client import RequestRecord, RequestTimings
 from workers.loadgen.datasets import sample_requests
@@ -86,11 +85,6 @@ SCRAPE_INTERVAL_S = 0.5
 
 
 
-class _Refused(Exception):
-    def __init__(self, failure: FailureClass, message: str, boot_s: float) -> None:
-        super().__init__(message)
-        self.failure, self.message, self.boot_s = failure, message, boot_s
-
 
 def engine_config(spec: TrialSpec, *, seed: int | None = None,
                   calibration: RooflineCalibration | None = None) -> EngineConfig:
@@ -107,10 +101,11 @@ def engine_config(spec: TrialSpec, *, seed: int | None = None,
                 f"{', '.join(sorted(SIM_ARGS))}, or list it in allowed_extra_args)"
             )
         kwargs[name] = _flag_value(name, value)  # build_config takes vLLM's argument names
+    sim = sim_options(spec)
     try:
         config = build_config(
-            spec.model, sim_gpu=spec.gpu, sim_seed=spec.sim.seed if seed is None else seed,
-            sim_noise=spec.sim.noise, sim_cost_model=spec.sim.cost_model, **kwargs,
+            spec.model, sim_gpu=spec.gpu, sim_seed=sim.seed if seed is None else seed,
+            sim_noise=sim.noise, sim_cost_model=sim.cost_model, **kwargs,
         )
     except UnknownCatalogEntry as exc:
         raise EngineConfigError(str(exc)) from exc
@@ -415,13 +410,14 @@ def _boot(spec: TrialSpec, calibration: RooflineCalibration | None = None
     try:
         config = engine_config(spec, calibration=calibration)
     except EngineConfigError as exc:
-        raise _Refused("invalid_config", str(exc), PROCESS_START_S) from exc
+        raise EngineFailure("invalid_config", str(exc), log_tail=str(exc),
+                            boot_s=PROCESS_START_S) from exc
     try:
         plan = plan_memory(config)
     except EngineConfigError as exc:
         # weights were loaded before the profile run found no room
         loaded = PROCESS_START_S + min(weight_bytes(config), config.gpu.memory_bytes) / 2e9
-        raise _Refused("oom", str(exc), loaded) from exc
+        raise EngineFailure("oom", str(exc), log_tail=str(exc), boot_s=loaded) from exc
     boot = PROCESS_START_S + load_seconds(config, plan)
     if not config.enforce_eager:
         boot += graph_capture_seconds(config)
@@ -434,12 +430,12 @@ def run_virtual_trial(spec: TrialSpec, *, per_request: bool = True,
 
     ``per_request=False`` drops the per-request arrays (``ttfts``, ``itls``, …) from
     ``metrics`` — benchmarks that keep thousands of results need the memory. A space
-    whose engine is vLLM is simulated with its ``sim`` options (the simulator takes
-    vLLM's flags and knows the catalog's models). ``calibration`` runs the simulator with
-    those roofline factors instead of its own (how the twin predicts a trial).
+    whose engine is vLLM is simulated with the simulator's default options (the
+    simulator takes vLLM's flags and knows the catalog's models). ``calibration`` runs
+    the simulator with those roofline factors instead of its own (how the twin predicts
+    a trial).
     """
-    if spec.engine != "sim":
-        spec = spec.model_copy(update={"engine": "sim"})
+    spec = spec.for_engine("sim")
     backend = VirtualBackend(spec, calibration=calibration)
     return asyncio.run(run_pipeline(spec, backend, detailed=per_request))
 
@@ -464,10 +460,9 @@ class VirtualBackend:
         spec = self.spec
         try:
             config, plan, self.boot_s = _boot(spec, self.calibration)
-        except _Refused as refused:
+        except EngineFailure as refused:
             self.boot_s = refused.boot_s
-            raise EngineFailure(refused.failure, refused.message,
-                                log_tail=refused.message) from refused
+            raise
         self._config = config
         self.facts = EngineFacts(
             engine_version="slotune-sim", model_revision=spec.model_revision,
@@ -492,7 +487,7 @@ class VirtualBackend:
         assert gate.golden is not None
         try:
             config = _boot(self.spec.baseline(), self.calibration)[0]
-        except _Refused as refused:
+        except EngineFailure as refused:
             raise QualityUnavailable(f"the baseline's start-up failed ({refused.failure}): "
                                      f"{refused.message}") from None
         return golden_answers(config, gate.golden)

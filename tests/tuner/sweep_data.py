@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from tuner.db.store import Store
 from tuner.spaces import load_space
 from tuner.strategies import infeasible_result, params_key, rank
-from workers.contracts import KnobValue, SimOptions, TrialResult
+from workers.contracts import KnobValue, TrialResult
+from workers.engines.sim import SimOptions
 from workers.sim_trial import run_virtual_trial
 
 __all__ = ["LAB_4RPS", "RATE", "WORKLOAD", "SweepData", "populate_finished_sweep"]
@@ -71,7 +72,7 @@ def populate_finished_sweep(store: Store) -> SweepData:
     def run(params: dict[str, KnobValue], seed: int) -> TrialResult:
         spec = space.to_trial_spec(params, f"sweep{sweep.id}-{number}", workload=workload,
                                    mode="goodput",
-                                   sim=SimOptions(noise=0.02, seed=seed, time_scale=2))
+                                   options=SimOptions(noise=0.02, seed=seed, time_scale=2))
         return run_virtual_trial(spec, per_request=False)
 
     for seqs, tokens in itertools.product(SEQS, TOKENS):

@@ -17,6 +17,9 @@ from tuner.spaces import (
     load_space,
     parse_space,
 )
+from tuner.sweep.request import stored_space
+from workers.engines.sim import SimOptions
+from workers.engines.vllm import VllmOptions
 from workers.loadgen.workload_files import load_workload
 from workers.sim_trial import run_virtual_trial
 
@@ -165,7 +168,7 @@ def test_a_space_that_gives_its_gpu_as_sim_gpu_still_loads() -> None:
     space = parse_space({k: v for k, v in MINIMAL.items() if k != "gpu"}
                         | {"sim": {"gpu": "l40s", "time_scale": 2}})
     spec = space.to_trial_spec(space.defaults(), "t")
-    assert space.gpu == spec.gpu == "l40s" and spec.sim.time_scale == 2
+    assert space.gpu == spec.gpu == "l40s" and spec.options == SimOptions(time_scale=2)
     with pytest.raises(SpaceError, match="disagree"):
         parse_space({**MINIMAL, "sim": {"gpu": "l40s"}})
 
@@ -178,7 +181,8 @@ def test_engine_binary_and_a_local_model_directory(tmp_path: Path) -> None:
     space = load_space(path)
     assert space.model == str(model.resolve())  # relative to the space file, stored absolute
     spec = space.to_trial_spec(space.defaults(), "t")
-    assert spec.model == str(model.resolve()) and spec.engine_binary == "/opt/v/bin/vllm"
+    assert spec.model == str(model.resolve())
+    assert spec.options == VllmOptions(engine_binary="/opt/v/bin/vllm")
     with pytest.raises(SpaceError, match=r"has no config\.json"):
         load_space(write(tmp_path, _vllm_space(model="./models/missing"), "bad.yaml"))
     with pytest.raises(SpaceError, match="engine_binary is for engine: vllm"):
@@ -331,3 +335,44 @@ def test_a_bad_quality_section_names_the_field(tmp_path: Path, quality: dict[str
                                                message: str) -> None:
     with pytest.raises(SpaceError, match=message):
         load_space(write(tmp_path, {**MINIMAL, "quality": quality}))
+
+
+# --- engine options: the engine's own model, spelled in a file as before ----------------
+
+STORED = Path(__file__).parents[1] / "fixtures" / "specs"
+
+
+def test_a_space_file_of_each_engine_writes_its_options_as_before(tmp_path: Path) -> None:
+    sim = load_space(write(tmp_path, {**MINIMAL, "sim": {"seed": 5, "noise": 0.01,
+                                                          "time_scale": 2}}, "sim.yaml"))
+    assert sim.options == SimOptions(seed=5, noise=0.01, time_scale=2)
+    assert sim.to_trial_spec(sim.defaults(), "t").options == sim.options
+    vllm = load_space(write(tmp_path, _vllm_space(engine_binary="/opt/v/bin/vllm"), "v.yaml"))
+    assert vllm.options == VllmOptions(engine_binary="/opt/v/bin/vllm")
+    assert vllm.to_trial_spec(vllm.defaults(), "t").options == vllm.options
+    assert parse_space(_vllm_space()).options == VllmOptions()
+    assert load_space("lab").options == SimOptions(time_scale=3)  # lab.yaml: sim: {…}
+    # A trial's options override the space's (slotune trial --time-scale).
+    fast = sim.to_trial_spec(sim.defaults(), "t", options=SimOptions(time_scale=8))
+    assert fast.options == SimOptions(time_scale=8)
+    with pytest.raises(ValueError, match=r"options: VllmOptions are the options of vLLM"):
+        sim.to_trial_spec(sim.defaults(), "t", options=VllmOptions())
+    with pytest.raises(SpaceError, match=r"unknown engine 'tgi'; valid: sim, vllm"):
+        parse_space({**MINIMAL, "engine": "tgi"})
+
+
+def test_a_space_stored_before_engine_options_runs_as_it_did() -> None:
+    # Sweeps store their space's dump (sim: {...} or null, engine_binary on every space).
+    lab = json.loads((STORED / "space-sim-before-options.json").read_text())
+    assert lab["sim"]["time_scale"] == 3 and lab["engine_binary"] is None
+    space = stored_space(lab)
+    assert space.engine == "sim" and space.options == SimOptions(time_scale=3)
+    dumped = space.model_dump(mode="json")
+    assert "sim" not in dumped and "engine_binary" not in dumped
+    assert stored_space(dumped).model_dump(mode="json") == dumped  # and its dump, again
+    assert stored_space({**lab, "sim": None}).options == SimOptions()
+    vllm = json.loads((STORED / "space-vllm-before-options.json").read_text())
+    assert vllm["sim"] is None and vllm["engine_binary"] == "/opt/vllm/bin/vllm"
+    space = stored_space(vllm)
+    assert space.options == VllmOptions(engine_binary="/opt/vllm/bin/vllm")
+    assert space.to_trial_spec(space.defaults(), "t").options == space.options

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -14,8 +16,11 @@ from workers.contracts import (
     TraceDataset,
     TrialSpec,
     Workload,
+    options_for,
     replica_gpus,
 )
+from workers.engines.sim import SimEngine, SimOptions
+from workers.engines.vllm import VllmOptions
 
 
 def test_slo_parse_forms() -> None:
@@ -84,18 +89,73 @@ def test_the_model_revision_comes_from_the_flag_or_the_snapshot_path() -> None:
 def test_the_gpu_is_the_trials_and_engine_options_belong_to_their_engine() -> None:
     base = {"trial_id": "t", "model": "m", "workload": Workload(), "slo": SLO(ttft=300)}
     spec = TrialSpec.model_validate({**base, "gpu": "rtx4090", "sim": {"seed": 3}})
-    assert spec.gpu == "rtx4090" and spec.sim.seed == 3
+    assert spec.gpu == "rtx4090" and spec.options == SimOptions(seed=3)
     # Where earlier versions kept the GPU (sim.gpu) still reads, as the trial's gpu.
     legacy = TrialSpec.model_validate({**base, "sim": {"gpu": "l40s", "seed": 3}})
-    assert legacy.gpu == "l40s" and legacy.sim == spec.sim
+    assert legacy.gpu == "l40s" and legacy.options == spec.options
     with pytest.raises(ValidationError, match="disagree"):
         TrialSpec.model_validate({**base, "gpu": "rtx4090", "sim": {"gpu": "l40s"}})
     # The simulator's options on a real engine, a binary for the simulator: refused.
     with pytest.raises(ValidationError, match="options of the simulated engine"):
         TrialSpec.model_validate({**base, "engine": "vllm", "sim": {"noise": 0.1}})
     assert TrialSpec.model_validate({**base, "engine": "vllm"}).engine == "vllm"
-    with pytest.raises(ValidationError, match="engine_binary"):
+    with pytest.raises(ValidationError, match="engine_binary is for engine: vllm"):
         TrialSpec.model_validate({**base, "engine_binary": "/opt/v/bin/vllm"})
+
+
+SPECS = Path(__file__).parents[1] / "fixtures" / "specs"
+
+
+def test_a_spec_stored_before_engine_options_loads_into_its_engines_options() -> None:
+    # Dumped by the code before the union (sim: {...} and engine_binary on every spec),
+    # as the trials table holds them.
+    stored = json.loads((SPECS / "sim-before-options.json").read_text())
+    assert stored["sim"]["seed"] == 7 and "engine_binary" in stored
+    spec = TrialSpec.model_validate(stored)
+    assert spec.engine == "sim"
+    assert spec.options == SimOptions(seed=7, noise=0.02, time_scale=3)
+    assert SimEngine.repeat_spec(spec, 0).options == SimOptions(seed=1007, noise=0.02,
+                                                                time_scale=3)
+    dumped = spec.model_dump(mode="json")
+    assert "sim" not in dumped and "engine_binary" not in dumped
+    assert dumped["options"] == stored["sim"]
+    assert TrialSpec.model_validate_json(spec.model_dump_json()) == spec
+
+    vllm = TrialSpec.model_validate_json((SPECS / "vllm-before-options.json").read_text())
+    assert vllm.engine == "vllm" and vllm.options == VllmOptions(engine_binary="/opt/vllm/bin/vllm")
+    assert TrialSpec.model_validate_json(vllm.model_dump_json()) == vllm
+
+
+def test_options_of_another_engine_are_refused_saying_whose_they_are() -> None:
+    base = {"trial_id": "t", "model": "m", "workload": Workload(), "slo": SLO(ttft=300)}
+    with pytest.raises(ValidationError, match=r"options\.engine_binary: Extra inputs .*"
+                       r"engine_binary is for engine: vllm"):
+        TrialSpec.model_validate({**base, "options": {"engine_binary": "/v"}})
+    with pytest.raises(ValidationError, match=r"SimOptions are the options of the simulated "
+                       r"engine .*this trial's engine is vllm"):
+        TrialSpec(**base, engine="vllm", options=SimOptions(seed=2))
+    with pytest.raises(ValidationError, match="given twice"):
+        TrialSpec.model_validate({**base, "sim": {"seed": 1}, "options": {"seed": 2}})
+    with pytest.raises(ValidationError, match=r"sim\.noise: Input should be greater"):
+        TrialSpec.model_validate({**base, "sim": {"noise": -1}})
+    with pytest.raises(ValidationError, match=r"unknown engine 'tgi'; valid: .*sim.*vllm"):
+        TrialSpec.model_validate({**base, "engine": "tgi"})
+    # Each spelling of an engine's own options reads the same.
+    assert TrialSpec.model_validate({**base, "engine": "vllm", "vllm": {
+        "engine_binary": "/v"}}).options == VllmOptions(engine_binary="/v")
+    assert TrialSpec.model_validate({**base, "engine": "vllm", "options": {
+        "engine_binary": "/v"}}).options == VllmOptions(engine_binary="/v")
+    assert TrialSpec.model_validate({**base, "options": {"seed": 4}}).options.seed == 4
+    # A copy that changes the engine alone is caught by the next validation.
+    sim = TrialSpec.model_validate(base)
+    with pytest.raises(ValidationError, match="SimOptions are the options of the simulated"):
+        TrialSpec.model_validate(dict(sim.model_copy(update={"engine": "vllm"})))
+    with pytest.raises(ValueError, match="not the options of engine vllm"):
+        options_for("vllm", sim.options, "trial")
+    moved = sim.model_copy(update={"options": SimOptions(seed=9)}).for_engine("vllm")
+    assert moved.engine == "vllm" and moved.options == VllmOptions()
+    # The simulator models a vLLM spec with its own defaults.
+    assert moved.options_of(SimOptions) == SimOptions()
 
 
 def test_a_replica_occupies_tensor_times_pipeline_parallel_devices() -> None:

@@ -22,10 +22,10 @@ from workers.contracts import (
     CapacitySearch,
     GoldenCheck,
     QualityGate,
-    SimOptions,
     TrialResult,
     TrialSpec,
 )
+from workers.engines.sim import SimOptions
 from workers.loadgen import load_workload
 from workers.loadgen.result import slotune_fields
 from workers.pipeline import (

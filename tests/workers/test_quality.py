@@ -20,10 +20,10 @@ from workers.contracts import (
     CommandCheck,
     GoldenCheck,
     QualityGate,
-    SimOptions,
     TrialSpec,
     Workload,
 )
+from workers.engines.sim import SimOptions
 from workers.quality import QualityUnavailable, agreement, run_command
 from workers.sim.numerics import FLIP_RATES, flip_rate
 from workers.sim.tokenizer import encode

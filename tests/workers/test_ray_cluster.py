@@ -26,7 +26,8 @@ from tests.workers.raycluster import LocalRayCluster, joined_cluster
 from tuner.db.store import Store
 from tuner.sweep.executors import MAX_NODE_GPUS_ENV, RayExecutor
 from tuner.sweep.request import SweepBudget, SweepRequest, queue_sweep
-from workers.contracts import SLO, SimOptions, TrialResult, TrialSpec
+from workers.contracts import SLO, TrialResult, TrialSpec
+from workers.engines.sim import SimOptions
 from workers.loadgen import load_workload
 from workers.ray_worker import (
     GPU_TYPE_PREFIX,

@@ -17,7 +17,8 @@ import pytest
 from tests.procscan import engine_pids
 from tests.workers.raycluster import LocalRayCluster, joined_cluster
 from tuner.sweep.executors import RayExecutor
-from workers.contracts import SLO, SimOptions, TrialResult, TrialSpec
+from workers.contracts import SLO, TrialResult, TrialSpec
+from workers.engines.sim import SimOptions
 from workers.loadgen import load_workload
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]

@@ -13,7 +13,8 @@ import pytest
 import ray
 
 from tests.procscan import engine_pids
-from workers.contracts import SLO, SimOptions, TrialSpec
+from workers.contracts import SLO, TrialSpec
+from workers.engines.sim import SimOptions
 from workers.loadgen import load_workload
 from workers.ray_worker import collect_trial, submit_trial
 

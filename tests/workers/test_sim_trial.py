@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
 from workers.contracts import BOOT_PHASES, SLO, CapacityProbe, TrialSpec, Workload
+from workers.engines import EngineFailure
 from workers.loadgen.datasets import sample_requests
 from workers.loadgen.workload_files import load_workload
 from workers.sim.config import PROFILE_SECONDS
-from workers.sim_trial import PROCESS_START_S, run_virtual_trial
+from workers.sim_trial import PROCESS_START_S, VirtualBackend, run_virtual_trial
 
 MODEL = "Qwen/Qwen2.5-7B-Instruct"
 SLO_ = SLO(ttft=300, tpot=50)
@@ -59,6 +61,22 @@ def test_refused_config_fails_as_invalid_config_with_vllms_sentence() -> None:
     allowed = run_virtual_trial(spec({"max_num_sequences": 8},
                                      allowed_extra_args=("max_num_sequences",)))
     assert allowed.status == "ok"
+
+
+def test_the_virtual_backend_refuses_with_the_engines_own_failure() -> None:
+    # One exception for "the engine refused, class X", live or virtual: EngineFailure,
+    # carrying what the refusal cost in engine seconds.
+    backend = VirtualBackend(spec({"max_num_seqs": 512, "max_num_batched_tokens": 256}))
+    with pytest.raises(EngineFailure) as refused:
+        asyncio.run(backend.boot())
+    assert refused.value.failure == "invalid_config"
+    assert refused.value.boot_s == backend.boot_s == PROCESS_START_S
+    assert refused.value.log_tail == refused.value.message
+    big = VirtualBackend(spec({"gpu_memory_utilization": 0.5}))
+    with pytest.raises(EngineFailure) as oom:
+        asyncio.run(big.boot())
+    assert oom.value.failure == "oom" and big.boot_s == oom.value.boot_s
+    assert oom.value.boot_s is not None and oom.value.boot_s > PROCESS_START_S
 
 
 def test_memory_refusal_fails_as_oom_and_is_charged_the_weights_load() -> None:

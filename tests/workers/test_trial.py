@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from tests.procscan import engine_pids
-from workers.contracts import SLO, CapacitySearch, SimOptions, TrialResult, TrialSpec
+from workers.contracts import SLO, CapacitySearch, TrialResult, TrialSpec
+from workers.engines.sim import SimOptions
 from workers.loadgen import load_workload
 from workers.sim_trial import run_virtual_trial
 from workers.trial import run_trial, run_trial_async

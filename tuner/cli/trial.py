@@ -25,7 +25,8 @@ from rich.table import Table
 
 from tuner.cli.output import make_console
 from tuner.spaces import SearchSpace, SpaceError, load_space
-from workers.contracts import SLO, KnobValue, ObjectiveMode, SimOptions, TrialResult, TrialSpec
+from workers.contracts import SLO, KnobValue, ObjectiveMode, TrialResult, TrialSpec
+from workers.engines.sim import SimOptions
 from workers.engines.vllm import vllm_command
 from workers.loadgen import WorkloadError, load_workload
 
@@ -94,14 +95,14 @@ def build_spec(space: SearchSpace, sets: list[str], *, workload: str | None, slo
             raise UsageError("; ".join(
                 f"--{'num-prompts' if e['loc'][0] == 'num_prompts' else 'request-rate'}: "
                 f"{e['msg']}" for e in exc.errors())) from None
-    sim = space.sim
+    options = space.options
     if time_scale is not None:
-        if space.engine != "sim":
+        if not isinstance(options, SimOptions):
             raise UsageError(f"--time-scale: an option of the simulated engine; space "
                              f"{space.name!r} runs {space.engine} (drop it)")
-        sim = (sim or SimOptions()).model_copy(update={"time_scale": time_scale})
+        options = options.model_copy(update={"time_scale": time_scale})
     spec = space.to_trial_spec(params, trial_id or f"manual-{uuid.uuid4().hex[:8]}",
-                               workload=chosen, slo=chosen_slo, mode=mode, sim=sim)
+                               workload=chosen, slo=chosen_slo, mode=mode, options=options)
     if fixed:  # a fixed argument set by hand may be the lossy one
         spec = spec.model_copy(update={"engine_args": {**spec.engine_args, **fixed},
                                        "quality": space.quality_gate({**params, **fixed})})

@@ -37,6 +37,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PrivateAttr,
+    SerializeAsAny,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -48,18 +49,19 @@ from workers.contracts import (
     SLO,
     CapacitySearch,
     CommandCheck,
-    EngineKind,
+    EngineOptions,
     GoldenCheck,
     KnobValue,
     ObjectiveMode,
     QualityGate,
-    SimOptions,
     TrialSpec,
     Workload,
     engine_flags,
-    engine_options_problem,
+    engine_kind,
     lift_sim_gpu,
+    options_for,
 )
+from workers.engine_options import lift_engine_options
 from workers.engines import ENGINES
 from workers.loadgen.workload_files import WorkloadError, load_workload, parse_workload
 from workers.safe_yaml import YamlInputError, load_yaml_file
@@ -288,7 +290,8 @@ class SearchSpace(_Strict):
 
     name: str = Field(min_length=1)
     description: str = ""
-    engine: EngineKind = "sim"
+    engine: str = "sim"
+    """The engine's kind: one :mod:`workers.engines` registers (``sim``, ``vllm``)."""
     model: str = Field(min_length=1)
     """A Hugging Face name, or a model directory: ``/abs`` (as the workers see it), or
     ``./rel`` / ``~/…`` on this machine (relative to the space file; must hold a
@@ -299,9 +302,12 @@ class SearchSpace(_Strict):
     device file of datasheet numbers (``./b200.yaml``, relative to the space file;
     stored absolute). vllm: the GPU kind the trials run on (a catalogue name or any
     label, e.g. ``b200``), or ``cpu`` for vLLM's CPU build."""
-    engine_binary: str | None = Field(None, min_length=1)
-    """vllm: the ``vllm`` executable (default: the worker's ``SLOTUNE_VLLM_BIN``, else
-    ``vllm`` on PATH)."""
+    options: SerializeAsAny[EngineOptions] = Field(default_factory=EngineOptions)
+    """The engine's own options, of its registered model, as the trials get them
+    (:mod:`workers.engine_options`). A file writes them as before: ``sim: {seed, noise,
+    time_scale, cost_model}`` for the simulated engine, ``engine_binary:`` for vLLM (the
+    ``vllm`` executable; default: the worker's ``SLOTUNE_VLLM_BIN``, else ``vllm`` on
+    PATH); or ``options: {…}``, any engine."""
     fixed: dict[str, KnobValue] = Field(default_factory=dict)
     knobs: dict[str, Knob] = Field(min_length=1)
     constraints: tuple[str, ...] = ()
@@ -310,7 +316,6 @@ class SearchSpace(_Strict):
     slo: str | SLO = "ttft:300,tpot:50"
     mode: ObjectiveMode = "goodput"
     capacity: CapacitySearch = Field(default_factory=CapacitySearch)
-    sim: SimOptions | None = None
     lossy: dict[str, LossyValues] = Field(default_factory=dict)
     """Flags whose values are lossy, over :data:`DEFAULT_LOSSY` (e.g. ``dtype: {values:
     [bfloat16], lossless: float32}``)."""
@@ -320,8 +325,13 @@ class SearchSpace(_Strict):
 
     @model_validator(mode="before")
     @classmethod
-    def _gpu_in_sim(cls, data: Any) -> Any:
-        return lift_sim_gpu(data)
+    def _older_shapes(cls, data: Any) -> Any:
+        return lift_engine_options(lift_sim_gpu(data), "space", "sim", cls.model_fields)
+
+    @field_validator("engine")
+    @classmethod
+    def _registered_engine(cls, value: str) -> str:
+        return engine_kind(value)
 
     @field_validator("gpu")
     @classmethod
@@ -400,9 +410,7 @@ class SearchSpace(_Strict):
             raise ValueError(f"gpu {self.gpu!r}: a device file describes a GPU to the "
                              f"simulated engine; engine {self.engine} takes the GPU kind its "
                              "trials run on (a name such as b200)")
-        problem = engine_options_problem(self.engine, self.sim, self.engine_binary, "space")
-        if problem is not None:
-            raise ValueError(problem)
+        options_for(self.engine, self.options, "space")
         if self.engine == "sim":
             try:
                 get_model(self.model)
@@ -554,14 +562,14 @@ class SearchSpace(_Strict):
         slo: SLO | str | None = None,
         mode: ObjectiveMode | None = None,
         *,
-        sim: SimOptions | None = None,
+        options: EngineOptions | None = None,
         capacity: CapacitySearch | None = None,
         **overrides: Any,
     ) -> TrialSpec:
         """A :class:`TrialSpec` for ``params`` (knob values) with this space's fixed args.
 
-        ``workload``/``slo``/``mode`` default to the space's; ``overrides`` go to the
-        TrialSpec as is (timeouts, early_abort, …).
+        ``workload``/``slo``/``mode``/``options`` (the engine's) default to the space's;
+        ``overrides`` go to the TrialSpec as is (timeouts, early_abort, …).
         """
         unknown = set(params) - set(self.knobs)
         if unknown:
@@ -569,7 +577,6 @@ class SearchSpace(_Strict):
                 f"space {self.name!r}: {', '.join(sorted(unknown))} is not a knob; "
                 f"valid: {', '.join(self.knobs)}"
             )
-        base_sim = sim or self.sim or SimOptions()
         return TrialSpec(
             trial_id=trial_id,
             engine=self.engine,
@@ -582,9 +589,8 @@ class SearchSpace(_Strict):
             mode=mode or self.mode,
             capacity=capacity or self.capacity,
             gpu=self.gpu,
-            sim=base_sim,
+            options=options or self.options,
             device="cpu" if self.gpu == CPU_DEVICE else "gpu",
-            engine_binary=self.engine_binary,
             **{"quality": self.quality_gate(params), **overrides},
         )
 

@@ -2,17 +2,26 @@
 
 ``make_engine`` picks the adapter by the spec's ``engine`` (``adapter_for`` the class,
 for what an engine knows before it runs); an unknown kind fails with the list of valid
-ones. Adding an engine is one adapter module and one line in :data:`ENGINES`.
+ones.
+
+Adding an engine is one module in this package: an :class:`EngineAdapter` subclass that
+sets its ``kind`` and its ``options_model`` (an
+:class:`~workers.engine_options.EngineOptions` subclass beside it) registers itself
+when the class is defined, and this package imports each of its public modules
+(``pkgutil``), so nothing else is edited. :data:`ENGINES` is the registry.
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from collections.abc import Sequence
 from pathlib import Path
 
 from workers.contracts import TrialSpec
 from workers.engines._log_patterns import boot_phases
 from workers.engines.base import (
+    ADAPTERS,
     EngineAdapter,
     EngineFailure,
     EngineState,
@@ -22,10 +31,9 @@ from workers.engines.base import (
     parse_startup_log,
 )
 from workers.engines.redact import redact_argv
-from workers.engines.sim import SimEngine
-from workers.engines.vllm import VllmEngine
 
-ENGINES: dict[str, type[EngineAdapter]] = {"vllm": VllmEngine, "sim": SimEngine}
+ENGINES: dict[str, type[EngineAdapter]] = ADAPTERS
+"""Engine kind → adapter class: every adapter module of this package, as it registered."""
 
 __all__ = [
     "ENGINES",
@@ -33,8 +41,6 @@ __all__ = [
     "EngineFailure",
     "EngineState",
     "InvalidEngineArgs",
-    "SimEngine",
-    "VllmEngine",
     "adapter_for",
     "boot_phases",
     "classify_failure",
@@ -43,6 +49,16 @@ __all__ = [
     "parse_startup_log",
     "redact_argv",
 ]
+
+
+def _import_adapters() -> None:
+    # A module whose name starts with "_" is the package's own helper, not an adapter.
+    for module in pkgutil.iter_modules(__path__):
+        if not module.name.startswith("_"):
+            importlib.import_module(f"{__name__}.{module.name}")
+
+
+_import_adapters()
 
 
 def adapter_for(engine: str) -> type[EngineAdapter]:

@@ -30,6 +30,10 @@ against each):
   ``startup_timeout``; a dead process ends the wait at once, with its exit code and
   log tail. Nothing else is raised for engine behaviour.
 * **Threads.** An adapter belongs to one trial and one task; it is not thread-safe.
+* **Registration.** A subclass that sets its own ``kind`` registers itself as that
+  engine, with its ``options_model`` (:mod:`workers.engine_options`), when the class is
+  defined; :mod:`workers.engines` imports every module of the package, so an engine is
+  one module there. A kind taken by another adapter is refused.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import httpx
 
 from workers.contracts import EngineFacts, FailureClass, KnobValue, TrialSpec
+from workers.engine_options import EngineOptions, register_options
 from workers.engines._log_patterns import classify_failure as classify_failure
 from workers.engines._log_patterns import error_sentence
 from workers.engines._log_patterns import parse_startup_log as parse_startup_log
@@ -70,6 +75,10 @@ BASE_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "VIRTUAL_E
 """Variables every engine inherits; anything else must be on the spec's allow-list."""
 
 
+ADAPTERS: dict[str, type[EngineAdapter]] = {}
+"""Engine kind → adapter class, filled as each adapter class is defined."""
+
+
 class EngineState(enum.Enum):
     CREATED = "created"
     STARTING = "starting"
@@ -82,12 +91,15 @@ class EngineFailure(Exception):
     """The engine could not serve: a classified failure with its evidence."""
 
     def __init__(self, failure: FailureClass, message: str, *, exit_code: int | None = None,
-                 log_tail: str | None = None) -> None:
+                 log_tail: str | None = None, boot_s: float | None = None) -> None:
         super().__init__(message)
         self.failure: FailureClass = failure
         self.message = message
         self.exit_code = exit_code
         self.log_tail = log_tail
+        self.boot_s = boot_s
+        """Engine seconds the start-up took before it failed, where the engine itself
+        keeps the time (the virtual-time simulator); None: the caller's clock says."""
 
 
 class InvalidEngineArgs(EngineFailure):
@@ -119,12 +131,26 @@ class EngineAdapter(abc.ABC):
     """One engine server for one trial (see the module docstring for the contract)."""
 
     kind: ClassVar[str]
+    options_model: ClassVar[type[EngineOptions]] = EngineOptions
+    """The model of the engine's own options (a spec's ``options``); the base takes none."""
     known_args: ClassVar[frozenset[str]]
     """Argument names the engine takes; anything else needs the space's declaration."""
     health_poll_s: ClassVar[float] = 0.2
     occupies_gpus: ClassVar[bool] = False
     """Whether the process holds the GPUs it is given (so they are checked free before
     boot and after teardown)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "kind" not in cls.__dict__:
+            return  # a helper base, or a variant of an engine (a test's): not an engine
+        known = ADAPTERS.get(cls.kind)
+        if known is not None and (known.__module__, known.__qualname__) != \
+                (cls.__module__, cls.__qualname__):
+            raise TypeError(f"engine {cls.kind!r} is already {known.__module__}."
+                            f"{known.__qualname__}; {cls.__qualname__} needs a kind of its own")
+        register_options(cls.kind, cls.options_model)
+        ADAPTERS[cls.kind] = cls
 
     def __init__(self, spec: TrialSpec, workdir: Path, gpu_ids: Sequence[str] = (),
                  host: str = "127.0.0.1") -> None:

@@ -1,4 +1,8 @@
-"""The simulated engine adapter: the same flags, served by ``python -m workers.sim``."""
+"""The simulated engine adapter: the same flags, served by ``python -m workers.sim``.
+
+Its options (:class:`SimOptions`, a spec's ``options`` when its engine is ``sim``) are
+the ``--sim-*`` flags; spaces and stored specs write them as ``sim: {…}``.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,9 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from pydantic import Field
+
+from workers.engine_options import EngineOptions
 from workers.engines.base import EngineAdapter, flag_args
 from workers.sim.catalog import UnknownCatalogEntry, get_gpu
 from workers.sim.device_file import is_device_file
@@ -25,16 +32,39 @@ SIM_ARGS = frozenset({
 """vLLM's arguments that the simulator models."""
 
 
+class SimOptions(EngineOptions):
+    """Options of the simulated engine (``--sim-*`` flags); other engines refuse them.
+
+    The GPU it models is not one of them: that is the trial's (and the space's) ``gpu``,
+    which every engine has.
+    """
+
+    title: ClassVar[str] = "the simulated engine"
+
+    seed: int = 0
+    noise: float = Field(0.0, ge=0)
+    time_scale: float = Field(1.0, gt=0)
+    """The engine runs this much faster than real time; the load generator compensates."""
+    cost_model: str = "roofline"
+
+
+def sim_options(spec: TrialSpec) -> SimOptions:
+    """The simulator's options for ``spec``: its own, or (another engine's spec, which the
+    simulator models too) the defaults."""
+    return spec.options_of(SimOptions)
+
+
 class SimEngine(EngineAdapter):
     """The simulated vLLM engine as a real server process (no GPU needed)."""
 
     kind = "sim"
+    options_model = SimOptions
     known_args: ClassVar[frozenset[str]] = SIM_ARGS
     health_poll_s = 0.05
 
     @property
     def time_scale(self) -> float:
-        return self.spec.sim.time_scale
+        return sim_options(self.spec).time_scale
 
     def hardware_facts(self, probe: GPUProbe) -> dict[str, Any]:
         with contextlib.suppress(UnknownCatalogEntry):
@@ -46,8 +76,9 @@ class SimEngine(EngineAdapter):
     @classmethod
     def repeat_spec(cls, spec: TrialSpec, repeat: int) -> TrialSpec:
         # Each repeat draws the simulator's noise (if any) from its own seed.
-        return spec.model_copy(update={"sim": spec.sim.model_copy(
-            update={"seed": spec.sim.seed + 1000 * (repeat + 1)})})
+        sim = sim_options(spec)
+        return spec.model_copy(update={"options": sim.model_copy(
+            update={"seed": sim.seed + 1000 * (repeat + 1)})})
 
     @classmethod
     def gpu_type(cls, spec: TrialSpec, labels: Mapping[str, str]) -> str | None:
@@ -61,7 +92,7 @@ class SimEngine(EngineAdapter):
         return labels.get(name, name)
 
     def command(self, port: int) -> list[str]:
-        sim = self.spec.sim
+        sim = sim_options(self.spec)
         flags = dict(self.spec.engine_flags)
         return [sys.executable, "-m", "workers.sim", "serve", self.spec.model,
                 "--host", self.host, "--port", str(port), *flag_args(flags),

@@ -41,6 +41,9 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from pydantic import Field
+
+from workers.engine_options import EngineOptions
 from workers.engines._log_patterns import engine_initialized
 from workers.engines.base import EngineAdapter, flag_args
 from workers.engines.shared_cache import (
@@ -98,10 +101,26 @@ _SHARED_CACHES = {"VLLM_CACHE_ROOT": "vllm", "TORCHINDUCTOR_CACHE_DIR": "torchin
 Inductor and Triton put their own versions in their keys)."""
 
 
+class VllmOptions(EngineOptions):
+    """Options of the vLLM engine (a spec's ``options`` when its engine is ``vllm``).
+
+    Spaces and stored specs write ``engine_binary`` at the top level (its place before
+    the options were the engine's own); ``vllm: {engine_binary: …}`` reads the same.
+    """
+
+    title: ClassVar[str] = "vLLM"
+    flat_fields: ClassVar[tuple[str, ...]] = ("engine_binary",)
+
+    engine_binary: str | None = Field(None, min_length=1)
+    """The ``vllm`` executable, as the workers see it; None: the worker's
+    ``SLOTUNE_VLLM_BIN``, else ``vllm`` on PATH."""
+
+
 class VllmEngine(EngineAdapter):
     """Real vLLM (any build: CUDA, ROCm, CPU)."""
 
     kind = "vllm"
+    options_model = VllmOptions
     known_args: ClassVar[frozenset[str]] = VLLM_ARGS
     health_poll_s = 1.0
     occupies_gpus = True
@@ -112,7 +131,8 @@ class VllmEngine(EngineAdapter):
 
     @property
     def binary(self) -> str:
-        return self.spec.engine_binary or os.environ.get(VLLM_BIN_ENV) or "vllm"
+        return (self.spec.options_of(VllmOptions).engine_binary
+                or os.environ.get(VLLM_BIN_ENV) or "vllm")
 
     def binary_hint(self) -> str:
         return (f"set {VLLM_BIN_ENV} (or the space's engine_binary) to the path of the "

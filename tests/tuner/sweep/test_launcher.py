@@ -16,6 +16,7 @@ from tuner.sweep.launcher import MAX_ATTEMPTS, GpuShare, TrialLauncher, retry_as
 from tuner.sweep.request import resolve_space
 from workers.contracts import TrialResult, TrialSpec, Workload
 from workers.engines import adapter_for
+from workers.engines.sim import sim_options
 from workers.sim_trial import run_virtual_trial
 
 SPACE = resolve_space("lab")
@@ -43,7 +44,7 @@ class Scripted(TrialExecutor):
 
     def submit(self, spec: TrialSpec) -> Hashable:
         self.submitted.append(spec.trial_id)
-        self.seeds.add(spec.sim.seed)
+        self.seeds.add(sim_options(spec).seed)
         return self.inner.submit(spec)
 
     def wait(self, handles: list[Hashable], timeout_s: float) -> list[tuple[Hashable, TrialResult]]:
@@ -157,7 +158,7 @@ def test_confirmation_repeats_interleaved_retries_a_lost_worker_and_picks_the_wi
     assert outcome.winner == best["candidate"] and best["winner"] and outcome.held
     assert confirmation.gpu_hours > 0
     # Each repeat of the simulated engine drew its noise from its own seed.
-    base = SPACE.to_trial_spec(FAST, "x").sim.seed
+    base = sim_options(SPACE.to_trial_spec(FAST, "x")).seed
     assert executor.seeds == {base + 1000, base + 2000}
 
 
@@ -211,7 +212,7 @@ def test_the_winner_is_the_best_lower_bound_and_noisy_repeats_are_doubted() -> N
         out = []
         for repeat in range(3):
             s = spec(params, f"c{repeat}")
-            s = s.model_copy(update={"sim": s.sim.model_copy(
+            s = s.model_copy(update={"options": sim_options(s).model_copy(
                 update={"noise": 0.05, "seed": repeat})})
             out.append(run_virtual_trial(s, per_request=False))
         return out

@@ -32,6 +32,7 @@ from workers.engines import (
     parse_startup_log,
     redact_argv,
 )
+from workers.engines.vllm import VllmOptions
 
 QWEN7B = "Qwen/Qwen2.5-7B-Instruct"
 SIM_BINARY = str(Path(sys.executable).with_name("slotune-sim"))
@@ -112,7 +113,8 @@ class TestAdapterContract:
             assert PHASES[kind] <= set(facts.startup_phases_s)
             # The engine itself saw the GPUs it was given.
             assert facts.gpu_ids == tuple(gpus)
-            assert facts.argv[0] in (sys.executable, SIM_BINARY, spec.engine_binary)
+            assert facts.argv[0] in (sys.executable, SIM_BINARY,
+                                    spec.options_of(VllmOptions).engine_binary)
             assert "--no-enable-prefix-caching" in facts.argv
             engine.stop()
             assert engine.state is EngineState.STOPPED

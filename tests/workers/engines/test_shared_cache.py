@@ -23,13 +23,14 @@ from pathlib import Path
 import pytest
 
 from tests.workers.engines.test_adapters import make_spec
-from workers.engines import EngineFailure, VllmEngine, make_engine
+from workers.engines import EngineFailure, make_engine
 from workers.engines.shared_cache import (
     ENGINE_CACHE_ENV,
     BootLock,
     SharedCacheUnusable,
     engine_cache_dir,
 )
+from workers.engines.vllm import VllmEngine
 
 CACHE_VARS = ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR",
               "VLLM_XLA_CACHE_PATH")
