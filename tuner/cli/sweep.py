@@ -38,6 +38,7 @@ from tuner.sweep.log import LOG_FORMATS, SweepLog
 from tuner.sweep.progress import SweepProgress
 from tuner.sweep.request import REQUEST_ERRORS, SweepBudget, SweepRequest, queue_sweep, resolve
 from workers.contracts import SLO
+from workers.engines import ENGINES
 from workers.engines.vllm import vllm_command
 
 __all__ = ["best_command", "coordinator_command", "sweep_app"]
@@ -349,7 +350,7 @@ def run(
         resolved_space = resolve(request)[0]  # refuse a bad request before any database
     except REQUEST_ERRORS as exc:
         raise _fail(reason(exc), 2) from None
-    if executor == "virtual" and resolved_space.engine != "sim":
+    if executor == "virtual" and not ENGINES[resolved_space.engine].simulated:
         raise _fail(f"--executor virtual runs the simulated engine only; space "
                     f"{resolved_space.name!r} runs {resolved_space.engine}: use --executor ray", 2)
     _check_report_dir(report_dir)  # a night's sweep must not end on an unwritable path

@@ -402,16 +402,17 @@ class SearchSpace(_Strict):
         return self
 
     def _check_device(self) -> None:
-        if self.engine == "sim" and self.gpu not in GPUS and not is_device_file(self.gpu):
+        simulated = ENGINES[self.engine].simulated
+        if simulated and self.gpu not in GPUS and not is_device_file(self.gpu):
             raise ValueError(f"gpu {self.gpu!r}: the simulated engine models catalogue GPUs "
                              f"({', '.join(sorted(GPUS))}) or a device file of datasheet "
                              "numbers (./my-gpu.yaml)")
-        if self.engine != "sim" and is_device_file(self.gpu):
+        if not simulated and is_device_file(self.gpu):
             raise ValueError(f"gpu {self.gpu!r}: a device file describes a GPU to the "
                              f"simulated engine; engine {self.engine} takes the GPU kind its "
                              "trials run on (a name such as b200)")
         options_for(self.engine, self.options, "space")
-        if self.engine == "sim":
+        if simulated:
             try:
                 get_model(self.model)
             except ModelConfigError as exc:

@@ -139,6 +139,10 @@ class EngineAdapter(abc.ABC):
     occupies_gpus: ClassVar[bool] = False
     """Whether the process holds the GPUs it is given (so they are checked free before
     boot and after teardown)."""
+    simulated: ClassVar[bool] = False
+    """Whether the engine models its GPU and its model rather than running them: its
+    ``gpu`` is a catalogue GPU or a device file, its model one with facts we know, and a
+    sweep of it may run in virtual time (``--executor virtual``)."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

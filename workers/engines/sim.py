@@ -59,6 +59,7 @@ class SimEngine(EngineAdapter):
 
     kind = "sim"
     options_model = SimOptions
+    simulated = True
     known_args: ClassVar[frozenset[str]] = SIM_ARGS
     health_poll_s = 0.05
 

@@ -18,6 +18,7 @@ from tuner.spaces import SpaceError
 from tuner.sweep.placement import declared_cluster, unplaceable_layouts
 from tuner.sweep.request import REQUEST_ERRORS, SweepRequest, queue_sweep, resolve
 from workers.contracts import SLO
+from workers.engines import ENGINES
 from workers.loadgen import WorkloadError
 from workers.sim.device_file import is_device_file
 
@@ -145,7 +146,9 @@ def _refuse_sim_files(space: dict[str, Any]) -> None:
                                "device file is read where the space is loaded (use the CLI "
                                "with the space file)")
     model = space.get("model")
-    if space.get("engine", "sim") == "sim" and isinstance(model, str) \
+    engine = space.get("engine", "sim")  # not a known name: the space's check says so
+    adapter = ENGINES.get(engine) if isinstance(engine, str) else None
+    if adapter is not None and adapter.simulated and isinstance(model, str) \
             and model.strip().startswith(("/", "~", ".")):
         raise InvalidInput(["body", "space", "model"], f"model {model!r}: over the API a "
                            "simulated space names its model; a model directory is read where "
