@@ -1,7 +1,7 @@
 """Search efficiency: GPU-hours each strategy needs to reach 98% of the optimum.
 
 Scenarios are shipped search spaces run on the simulated engine in virtual time
-(``workers.sim_trial.run_virtual_trial``), in capacity mode: the objective is the
+(``workers.virtual_trial.run_virtual_trial``), in capacity mode: the objective is the
 highest request rate one replica carries under the SLO. The exhaustive grid over each
 (finite) space is the ground truth. Every evaluation is memoised by its params, so all
 strategies see the same landscape, and the grid is computed once (2 processes).
@@ -57,7 +57,7 @@ from tuner.strategies import (
     params_key,
 )
 from workers.contracts import KnobValue, TrialResult
-from workers.sim_trial import run_virtual_trial
+from workers.virtual_trial import run_virtual_trial
 
 TARGET_SHARE = 0.98
 TARGET_GRID_FRACTION = 0.25

@@ -17,7 +17,7 @@ from tuner.db.store import Store
 from tuner.spaces import load_space
 from tuner.strategies import infeasible_result, params_key, rank
 from workers.contracts import KnobValue, SimOptions, TrialResult
-from workers.sim_trial import run_virtual_trial
+from workers.virtual_trial import run_virtual_trial
 
 __all__ = ["LAB_4RPS", "RATE", "WORKLOAD", "SweepData", "populate_finished_sweep"]
 

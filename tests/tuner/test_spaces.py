@@ -18,7 +18,7 @@ from tuner.spaces import (
     parse_space,
 )
 from workers.loadgen.workload_files import load_workload
-from workers.sim_trial import run_virtual_trial
+from workers.virtual_trial import run_virtual_trial
 
 SHIPPED = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "search_spaces").glob(
     "*.yaml"))

@@ -14,7 +14,7 @@ from workers.loadgen.arrivals import arrival_offsets
 from workers.loadgen.datasets import sample_requests
 from workers.loadgen.workload_files import load_workload
 from workers.pipeline import probe_workload
-from workers.sim_trial import engine_config, measure, run_virtual_trial
+from workers.virtual_trial import engine_config, measure, run_virtual_trial
 
 MODEL = "Qwen/Qwen2.5-7B-Instruct"
 HITS = "vllm:prefix_cache_hits_total"

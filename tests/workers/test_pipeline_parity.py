@@ -35,8 +35,8 @@ from workers.pipeline import (
     remeasure_search,
     warm_search,
 )
-from workers.sim_trial import run_virtual_trial
 from workers.trial import run_trial
+from workers.virtual_trial import run_virtual_trial
 
 QWEN7B = "Qwen/Qwen2.5-7B-Instruct"
 QWEN_MOE = "Qwen/Qwen3-30B-A3B"

@@ -27,8 +27,8 @@ from workers.contracts import (
 from workers.quality import QualityUnavailable, agreement, run_command
 from workers.sim.numerics import FLIP_RATES, flip_rate
 from workers.sim.tokenizer import encode
-from workers.sim_trial import engine_config, golden_answers, run_virtual_trial
 from workers.trial import run_trial
+from workers.virtual_trial import engine_config, golden_answers, run_virtual_trial
 
 QWEN7B = "Qwen/Qwen2.5-7B-Instruct"
 

@@ -22,8 +22,8 @@ import pytest
 from tests.procscan import engine_pids
 from workers.contracts import SLO, CapacitySearch, SimOptions, TrialResult, TrialSpec
 from workers.loadgen import load_workload
-from workers.sim_trial import run_virtual_trial
 from workers.trial import run_trial, run_trial_async
+from workers.virtual_trial import run_virtual_trial
 
 pytestmark = pytest.mark.slow
 

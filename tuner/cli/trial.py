@@ -155,8 +155,8 @@ def run(
             err.print(f"virtual: the simulated engine on a modelled {spec.gpu}, in "
                       "virtual time (timings are what the trial would take on that GPU)")
     # The engines and the load generator load here, not for every slotune command.
-    from workers.sim_trial import run_virtual_trial
     from workers.trial import run_trial
+    from workers.virtual_trial import run_virtual_trial
 
     if executor == "virtual":
         result = run_virtual_trial(spec)

@@ -150,7 +150,7 @@ class Twin:
         cached = self._cache.get(key)
         if cached is not None:
             return cached
-        from workers.sim_trial import run_virtual_trial  # the engine loads at the first ask
+        from workers.virtual_trial import run_virtual_trial  # the engine loads at the first ask
 
         started = time.process_time()
         spec = self.spec(params)
@@ -306,7 +306,7 @@ def _points(spec: TrialSpec, result: TrialResult) -> list[_Point]:
 def _simulated(point: _Point, calibration: RooflineCalibration
                ) -> tuple[dict[str, float], dict[str, float]]:
     """The probe re-simulated with ``calibration``: p99 ÷ target, and medians (ms)."""
-    from workers.sim_trial import engine_config, measure
+    from workers.virtual_trial import engine_config, measure
 
     workload = probe_workload(point.spec, point.rate, point.index)
     workload = workload.model_copy(update={

@@ -16,7 +16,7 @@ from tuner.sweep.launcher import MAX_ATTEMPTS, GpuShare, TrialLauncher, retry_as
 from tuner.sweep.request import resolve_space
 from workers.contracts import TrialResult, TrialSpec, Workload
 from workers.engines import adapter_for
-from workers.sim_trial import run_virtual_trial
+from workers.virtual_trial import run_virtual_trial
 
 SPACE = resolve_space("lab")
 FAST = {**SPACE.defaults(), "max_num_seqs": 128}

@@ -18,7 +18,7 @@ from tuner.twin.factors import TwinFactors
 from tuner.twin.model import Twin
 from workers.contracts import EngineFacts, KnobValue, TrialResult
 from workers.sim.calibration import CALIBRATION_ENV, shipped_calibration
-from workers.sim_trial import run_virtual_trial
+from workers.virtual_trial import run_virtual_trial
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

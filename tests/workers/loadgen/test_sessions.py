@@ -22,7 +22,7 @@ from workers.loadgen.cli import main as bench_main
 from workers.loadgen.client import RequestRecord, RequestTimings
 from workers.loadgen.datasets import DatasetError, sample_requests
 from workers.loadgen.sessions import Conversation, group_sessions
-from workers.sim_trial import run_virtual_trial
+from workers.virtual_trial import run_virtual_trial
 
 CONVERSATIONS = MultiTurnDataset(min_turns=3, max_turns=5, system_prompt_len=48,
                                  input_len=64, output_len=24, think_time_s=0.4,

@@ -11,7 +11,7 @@ from workers.contracts import SLO, TrialSpec
 from workers.loadgen.client import RequestRecord, RequestTimings
 from workers.loadgen.runner import SendLag
 from workers.loadgen.symptoms import symptoms
-from workers.sim_trial import run_virtual_trial
+from workers.virtual_trial import run_virtual_trial
 
 
 def _spec(dataset: dict[str, Any], rate: float, **knobs: Any) -> TrialSpec:

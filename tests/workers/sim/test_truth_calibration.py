@@ -20,7 +20,7 @@ from workers.sim.calibration import (
 )
 from workers.sim.catalog import get_gpu, get_model
 from workers.sim.cost_model import HardwareSetup, RooflineCostModel, StepShape
-from workers.sim_trial import run_virtual_trial
+from workers.virtual_trial import run_virtual_trial
 
 SLOTUNE = str(Path(sys.executable).with_name("slotune"))
 GPU = "rtx4090"

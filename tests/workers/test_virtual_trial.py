@@ -10,7 +10,7 @@ from workers.contracts import BOOT_PHASES, SLO, CapacityProbe, TrialSpec, Worklo
 from workers.loadgen.datasets import sample_requests
 from workers.loadgen.workload_files import load_workload
 from workers.sim.config import PROFILE_SECONDS
-from workers.sim_trial import PROCESS_START_S, run_virtual_trial
+from workers.virtual_trial import PROCESS_START_S, run_virtual_trial
 
 MODEL = "Qwen/Qwen2.5-7B-Instruct"
 SLO_ = SLO(ttft=300, tpot=50)
