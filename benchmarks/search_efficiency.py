@@ -158,7 +158,7 @@ def run_strategy(strategy: Strategy, memo: dict[str, Eval], budget_h: float) -> 
             result = proposal.preset
         else:
             spent += ev.gpu_s / 3600.0
-            result = _as_result(proposal.trial_id, ev)
+            result = _as_result(proposal.run_id, ev)
         strategy.tell(proposal, result)
         trials += 1
         best = max(best, result.objective)
@@ -166,9 +166,9 @@ def run_strategy(strategy: Strategy, memo: dict[str, Eval], budget_h: float) -> 
     return Run(curve, trials, strategy.stop_reason)
 
 
-def _as_result(trial_id: str, ev: Eval) -> TrialResult:
+def _as_result(run_id: str, ev: Eval) -> TrialResult:
     assert ev.result is not None
-    return ev.result.model_copy(update={"trial_id": trial_id})
+    return ev.result.model_copy(update={"run_id": run_id})
 
 
 def hours_to(curve: list[tuple[float, float]], level: float) -> float:

@@ -473,5 +473,5 @@ def _result(spec: TrialSpec, status: str, timings: dict[str, float | None],
     # The boot split by what the engine said while starting, failed boots included.
     boot = boot_phases(facts.startup_phases_s, phases["boot_s"])
     return TrialResult.model_validate({
-        "trial_id": spec.trial_id, "status": status, "engine": facts,
+        "run_id": spec.run_id, "status": status, "engine": facts,
         "timings": PhaseTimings(**phases, **boot, total_s=total), **fields})

@@ -32,7 +32,7 @@ def _sample(n: int, rate: float, path: str | None = None) -> Workload:
 
 def _spec(workload: Workload, **kw: Any) -> TrialSpec:
     return TrialSpec.model_validate(dict(
-        trial_id="mc", engine="sim", model=MODEL, knobs={}, workload=workload,
+        run_id="mc", engine="sim", model=MODEL, knobs={}, workload=workload,
         engine_args={"max_model_len": 4096}, slo=SLO(ttft=2000, tpot=100), gpu="h100", **kw))
 
 

@@ -24,7 +24,7 @@ def lab(n: int = 60, rate: float = 3.0) -> Workload:
 
 
 def spec(knobs: dict[str, Any] | None = None, **kw: Any) -> TrialSpec:
-    base: dict[str, Any] = dict(trial_id="t", engine="sim", model=MODEL,
+    base: dict[str, Any] = dict(run_id="t", engine="sim", model=MODEL,
                                 knobs=knobs or {}, engine_args={"max_model_len": 4096},
                                 workload=lab(), slo=SLO_, gpu="rtx4090")
     base.update(kw)

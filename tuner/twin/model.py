@@ -176,7 +176,7 @@ class Twin:
             found = _points(self.spec(params), result)
             if found:
                 points.extend(found)
-                trials.append(result.trial_id)
+                trials.append(result.run_id)
         if not points:
             return None
         anchor = np.array(self.start.as_log())

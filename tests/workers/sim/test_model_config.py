@@ -57,7 +57,7 @@ def small_trial(model: str, gpu: str, n: int = 20) -> TrialSpec:
     workload = workload.model_copy(update={
         "num_prompts": n, "warmup_requests": 0,
         "arrivals": workload.arrivals.model_copy(update={"request_rate": 2.0})})
-    return TrialSpec(trial_id="t", engine="sim", model=model, knobs={},
+    return TrialSpec(run_id="t", engine="sim", model=model, knobs={},
                      engine_args={"max_model_len": 4096}, workload=workload,
                      slo=SLO(ttft=300, tpot=50), gpu=gpu)
 
