@@ -19,8 +19,9 @@ back says ``run_id``:
   result          the same
   ==============  =====================================================================
 
-Nothing else stored carries the run's name (the sweep's ``progress`` names trials by row
-id, as ``trial_id``, which stays). The contracts still read ``trial_id`` as an alias of
+No other stored key names a run by ``trial_id``: the sweep's ``progress`` says
+``trial_id`` for a row id (its confirmation rows), which stays, and lists the runs the
+twin was fitted to under ``trials``. The contracts still read ``trial_id`` as an alias of
 ``run_id``, for JSON written outside the database (result files, saved reports); the
 downgrade renames the key back, since the code before this revision knows no
 ``run_id``.

@@ -97,6 +97,7 @@ class FitReport:
     residual: float
     """RMS of the log p99 ratios (simulated vs measured) over the fitted probes."""
     trials: tuple[str, ...]
+    """The measured trials it was fitted to, by their ``run_id``."""
     probes: int
     fitted: tuple[str, ...]
     """The factors the data determined (the others kept their value)."""
