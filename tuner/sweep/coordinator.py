@@ -304,7 +304,7 @@ class SweepRunner:
         def say() -> None:
             progress = self._progress(phase="search")
             self.log.trial_ended(proposal.number, proposal.params, result, progress,
-                                 best_trial=self.tally.best_number(), attempt=row.attempt)
+                                 best_number=self.tally.best_number(), attempt=row.attempt)
 
         self.recorder.add(
             lambda: stored.append(self.store.finish_trial(row.id, result, lease=self.lease)),
