@@ -1,7 +1,7 @@
 """Search efficiency: GPU-hours each strategy needs to reach 98% of the optimum.
 
 Scenarios are shipped search spaces run on the simulated engine in virtual time
-(``workers.sim_trial.run_virtual_trial``), in capacity mode: the objective is the
+(``workers.virtual_trial.run_virtual_trial``), in capacity mode: the objective is the
 highest request rate one replica carries under the SLO. The exhaustive grid over each
 (finite) space is the ground truth. Every evaluation is memoised by its params, so all
 strategies see the same landscape, and the grid is computed once (2 processes).
@@ -57,7 +57,7 @@ from tuner.strategies import (
     params_key,
 )
 from workers.contracts import KnobValue, TrialResult
-from workers.sim_trial import run_virtual_trial
+from workers.virtual_trial import run_virtual_trial
 
 TARGET_SHARE = 0.98
 TARGET_GRID_FRACTION = 0.25
@@ -158,7 +158,7 @@ def run_strategy(strategy: Strategy, memo: dict[str, Eval], budget_h: float) -> 
             result = proposal.preset
         else:
             spent += ev.gpu_s / 3600.0
-            result = _as_result(proposal.trial_id, ev)
+            result = _as_result(proposal.run_id, ev)
         strategy.tell(proposal, result)
         trials += 1
         best = max(best, result.objective)
@@ -166,9 +166,9 @@ def run_strategy(strategy: Strategy, memo: dict[str, Eval], budget_h: float) -> 
     return Run(curve, trials, strategy.stop_reason)
 
 
-def _as_result(trial_id: str, ev: Eval) -> TrialResult:
+def _as_result(run_id: str, ev: Eval) -> TrialResult:
     assert ev.result is not None
-    return ev.result.model_copy(update={"trial_id": trial_id})
+    return ev.result.model_copy(update={"run_id": run_id})
 
 
 def hours_to(curve: list[tuple[float, float]], level: float) -> float:

@@ -27,7 +27,7 @@ from pathlib import Path
 import httpx
 
 from workers.sim.config import build_config
-from workers.sim.simulate import SimRequestSpec, random_prompt, simulate
+from workers.sim.virtual_time import SimRequestSpec, random_prompt, simulate
 
 MODEL = "Qwen/Qwen2.5-7B-Instruct"
 GPU = "rtx4090"

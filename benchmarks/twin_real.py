@@ -106,7 +106,7 @@ def boots_to(strategy: Strategy, truth: dict[str, TrialResult], level: float) ->
             strategy.tell(proposal, proposal.preset)
             continue
         result = truth[params_key(proposal.params)].model_copy(
-            update={"trial_id": proposal.trial_id})
+            update={"run_id": proposal.run_id})
         boots += 1
         strategy.tell(proposal, result)
         if result.objective >= level:

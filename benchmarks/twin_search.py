@@ -126,7 +126,7 @@ def run_twin(space: SearchSpace, seed: int, memo: dict[str, Eval], budget_h: flo
         spent += ev.gpu_s / 3600.0
         trial_s.append(ev.gpu_s)
         booted += 1
-        strategy.tell(proposal, _as_result(proposal.trial_id, ev))
+        strategy.tell(proposal, _as_result(proposal.run_id, ev))
         best = max(best, ev.objective)
         if best >= level and not math.isfinite(reached):
             reached = spent

@@ -23,7 +23,7 @@ from typing import Any
 
 from tuner.spaces import load_space
 from workers.loadgen import load_workload
-from workers.sim_trial import run_virtual_trial
+from workers.virtual_trial import run_virtual_trial
 
 GRID: dict[str, list[Any]] = {
     "enable_prefix_caching": [True, False],

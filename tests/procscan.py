@@ -1,6 +1,6 @@
-"""Find processes: by the trial marker every engine carries (``SLOTUNE_TRIAL_ID``), by parent.
+"""Find processes: by the run marker every engine carries (``SLOTUNE_RUN_ID``), by parent.
 
-Under pytest-xdist two workers start engines with the same trial ids (each has a fresh
+Under pytest-xdist two workers start engines with the same run ids (each has a fresh
 database, so both have a ``s1-t1-a1``): a worker sees only the engines started under its
 own ``TMPDIR`` (``tests/conftest.py`` gives each worker one, and every engine inherits it),
 so a test never counts — or kills — the other worker's engines.
@@ -12,9 +12,9 @@ import os
 from pathlib import Path
 
 
-def engine_pids(trial_id: str | None = None) -> list[int]:
-    """PIDs of live processes whose environment names a slotune trial (or this one)."""
-    needle = b"SLOTUNE_TRIAL_ID=" + (trial_id.encode() + b"\0" if trial_id else b"")
+def engine_pids(run_id: str | None = None) -> list[int]:
+    """PIDs of live processes whose environment names a slotune run (or this one)."""
+    needle = b"SLOTUNE_RUN_ID=" + (run_id.encode() + b"\0" if run_id else b"")
     worker_tmp = (b"TMPDIR=" + os.environ["TMPDIR"].encode() + b"\0"
                   if os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("TMPDIR") else b"")
     pids = []

@@ -68,8 +68,8 @@ def slotune(*args: str, timeout: float, env: dict[str, str] | None = None
 def test_capacity_trial_on_real_vllm_reports_engine_facts_and_no_probe_hits_the_cache(
         tmp_path: Path) -> None:
     space = write_space(tmp_path)
-    trial_id = f"real-cap-{uuid.uuid4().hex[:6]}"
-    proc = slotune("trial", "run", "--space", str(space), "--trial-id", trial_id, "--json",
+    run_id = f"real-cap-{uuid.uuid4().hex[:6]}"
+    proc = slotune("trial", "run", "--space", str(space), "--run-id", run_id, "--json",
                    timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout)
@@ -90,15 +90,15 @@ def test_capacity_trial_on_real_vllm_reports_engine_facts_and_no_probe_hits_the_
     assert metrics["total_input_tokens"] == PROMPTS * INPUT_LEN
     server_counted = metrics["slotune"]["metrics_scrape"]["counters"]["vllm:prompt_tokens_total"]
     assert server_counted == metrics["total_input_tokens"]
-    assert engine_pids(trial_id) == []
+    assert engine_pids(run_id) == []
 
 
 def test_max_model_len_beyond_the_model_is_invalid_config_fast(tmp_path: Path) -> None:
     space = write_space(tmp_path, mode="goodput")
-    trial_id = f"real-bad-{uuid.uuid4().hex[:6]}"
+    run_id = f"real-bad-{uuid.uuid4().hex[:6]}"
     start = time.monotonic()
     proc = slotune("trial", "run", "--space", str(space), "--set", "max_model_len=100000",
-                   "--trial-id", trial_id, "--json", timeout=300)
+                   "--run-id", run_id, "--json", timeout=300)
     elapsed = time.monotonic() - start
     assert proc.returncode == 3, proc.stderr[-3000:]
     result = json.loads(proc.stdout)
@@ -106,7 +106,7 @@ def test_max_model_len_beyond_the_model_is_invalid_config_fast(tmp_path: Path) -
     assert "max_model_len" in result["failure_message"]
     assert result["constraints"]["fits"] > 0  # teaches the sampler the region does not fit
     assert elapsed < 120
-    assert engine_pids(trial_id) == []
+    assert engine_pids(run_id) == []
 
 
 def test_sweep_on_real_vllm_through_the_coordinator_on_ray(tmp_path: Path) -> None:
@@ -140,7 +140,7 @@ def test_sweep_on_real_vllm_through_the_coordinator_on_ray(tmp_path: Path) -> No
     assert all(r["metrics"]["total_input_tokens"] == INPUT_LEN * r["metrics"]["completed"]
                for r in booted)
     assert "vllm serve" in proc.stdout and realvllm.tiny_model() in proc.stdout
-    assert specs and all(engine_pids(spec["trial_id"]) == [] for spec in specs)
+    assert specs and all(engine_pids(spec["run_id"]) == [] for spec in specs)
 
 
 def test_a_lossy_value_is_checked_with_golden_requests_on_real_vllm(tmp_path: Path) -> None:
@@ -156,9 +156,9 @@ def test_a_lossy_value_is_checked_with_golden_requests_on_real_vllm(tmp_path: Pa
                                                         "def fibonacci(n):",
                                                         "Once upon a time,",
                                                         "Q: What is 17 times 23?\nA:"]}})
-    trial_id = f"real-lossy-{uuid.uuid4().hex[:6]}"
+    run_id = f"real-lossy-{uuid.uuid4().hex[:6]}"
     proc = slotune("trial", "run", "--space", str(space), "--set", "dtype=float32",
-                   "--trial-id", trial_id, "--num-prompts", "8", "--json", timeout=600)
+                   "--run-id", run_id, "--num-prompts", "8", "--json", timeout=600)
     assert proc.returncode in (0, 3), proc.stderr[-3000:]
     result = json.loads(proc.stdout)
     assert result["status"] == "ok", result.get("failure_message")
@@ -173,7 +173,7 @@ def test_a_lossy_value_is_checked_with_golden_requests_on_real_vllm(tmp_path: Pa
     else:  # a failed check is objective 0, never put under load
         assert result["objective"] == 0 and not result["metrics"]
         assert result["constraints"]["quality"] > 0
-    assert engine_pids(trial_id) == [] and engine_pids(f"{trial_id}-baseline") == []
+    assert engine_pids(run_id) == [] and engine_pids(f"{run_id}-baseline") == []
 
 
 # Four compiled boots of vLLM (a baseline, the trial, two repeats): past the suite's

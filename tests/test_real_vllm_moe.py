@@ -60,13 +60,13 @@ def moe_space(folder: Path) -> Path:
 
 
 def trial(space: Path, *sets: str, timeout: float) -> tuple[int, dict[str, Any], str]:
-    trial_id = f"real-moe-{uuid.uuid4().hex[:6]}"
+    run_id = f"real-moe-{uuid.uuid4().hex[:6]}"
     args = [a for s in sets for a in ("--set", s)]
     proc = subprocess.run(
-        [SLOTUNE, "trial", "run", "--space", str(space), *args, "--trial-id", trial_id,
+        [SLOTUNE, "trial", "run", "--space", str(space), *args, "--run-id", run_id,
          "--json"], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
         env={**os.environ, "SLOTUNE_VLLM_BIN": realvllm.vllm_binary()})
-    assert engine_pids(trial_id) == []
+    assert engine_pids(run_id) == []
     return proc.returncode, json.loads(proc.stdout or "{}"), proc.stderr
 
 

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal, TypeVar, get_args
 
 from pydantic import (
+    AliasChoices,
     BaseModel,
     ConfigDict,
     Field,
@@ -31,6 +32,7 @@ __all__ = [
     "FAILURE_CLASSES",
     "FILE_DATASETS",
     "GOLDEN_PROMPTS",
+    "RUN_ID_ALIASES",
     "SLO",
     "SLO_METRICS",
     "TRANSIENT_FAILURES",
@@ -79,6 +81,11 @@ MAX_TOKENS = 10_000_000
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+RUN_ID_ALIASES = AliasChoices("run_id", "trial_id")
+"""A run's name is read as ``run_id``, or as ``trial_id`` (its name until issue 27, still
+in JSON stored or written before: specs and results in old rows, files, saved reports)."""
 
 
 # --- datasets (a tagged union on ``kind``) -------------------------------------------------
@@ -641,7 +648,10 @@ class QualityGate(_Strict):
 class TrialSpec(_Strict):
     """One configuration to boot, warm up, measure against the SLO and tear down."""
 
-    trial_id: str = Field(min_length=1)
+    run_id: str = Field(min_length=1, validation_alias=RUN_ID_ALIASES)
+    """The name of this engine run (``s3-t7-a1``: sweep 3, Optuna trial 7, attempt 1;
+    ``optuna-7`` outside a sweep): the engine's process, workdir and logs carry it. Not
+    the trial's database id (``trial_id`` everywhere else)."""
     engine: str = "sim"
     """The engine adapter's kind (``sim``, ``vllm``: whatever :mod:`workers.engines`
     registers)."""
@@ -721,10 +731,10 @@ class TrialSpec(_Strict):
         """The lossless baseline of a lossy configuration: the same trial with the quality
         gate's lossless values (what its golden answers are compared with)."""
         if self.quality is None:
-            raise ValueError(f"trial {self.trial_id} is lossless: it has no baseline")
+            raise ValueError(f"trial {self.run_id} is lossless: it has no baseline")
         lossless = self.quality.baseline
         return self.model_copy(update={
-            "trial_id": f"{self.trial_id}-baseline", "quality": None,
+            "run_id": f"{self.run_id}-baseline", "quality": None,
             "knobs": {**self.knobs, **{k: v for k, v in lossless.items() if k in self.knobs}},
             "engine_args": {**self.engine_args, **{k: v for k, v in lossless.items()
                                                    if k not in self.knobs}}})
@@ -904,7 +914,8 @@ class QualityVerdict(_Strict):
 class TrialResult(_Strict):
     """Everything one trial learned. ``objective`` is the number the search maximises."""
 
-    trial_id: str
+    run_id: str = Field(validation_alias=RUN_ID_ALIASES)
+    """The run's name, as its spec's :attr:`TrialSpec.run_id`."""
     status: TrialStatus
     failure: FailureClass | None = None
     failure_message: str | None = None

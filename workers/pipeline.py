@@ -3,7 +3,7 @@ abort, scrape) → score → result.
 
 A :class:`Backend` is where the engine runs: the live engine (any adapter, a real
 process; :mod:`workers.trial`) or the simulated engine in virtual time
-(:mod:`workers.sim_trial`). Everything else is here, once: the goodput and capacity
+(:mod:`workers.virtual_trial`). Everything else is here, once: the goodput and capacity
 modes, the capacity search (:func:`capacity_search`, a pure generator over the probe's
 verdicts; :func:`warm_search` and :func:`remeasure_search` say where a sweep starts it),
 the error budget, and every :class:`~workers.contracts.TrialResult` a trial can end with
@@ -473,5 +473,5 @@ def _result(spec: TrialSpec, status: str, timings: dict[str, float | None],
     # The boot split by what the engine said while starting, failed boots included.
     boot = boot_phases(facts.startup_phases_s, phases["boot_s"])
     return TrialResult.model_validate({
-        "trial_id": spec.trial_id, "status": status, "engine": facts,
+        "run_id": spec.run_id, "status": status, "engine": facts,
         "timings": PhaseTimings(**phases, **boot, total_s=total), **fields})

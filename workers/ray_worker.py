@@ -114,7 +114,7 @@ def run_trial_task(spec_json: str) -> str:
     """The body of a trial task (on the worker): run it in a scratch dir, log in the result."""
     spec = TrialSpec.model_validate_json(spec_json)
     gpu_ids = [str(g) for g in ray.get_gpu_ids()]
-    workdir = Path(tempfile.mkdtemp(prefix=f"slotune-{_safe(spec.trial_id)}-"))
+    workdir = Path(tempfile.mkdtemp(prefix=f"slotune-{_safe(spec.run_id)}-"))
     try:
         result = run_trial(spec, gpu_ids=gpu_ids, workdir=workdir)
         update: dict[str, Any] = {"node": ray.get_runtime_context().get_node_id()}
@@ -137,7 +137,7 @@ def trial_options(spec: TrialSpec, prefer_node: str | None = None) -> dict[str, 
     them free — see the module docstring."""
     # Retries are the coordinator's decision (it re-enqueues lost trials), not Ray's.
     options: dict[str, Any] = {"num_gpus": spec.gpus,
-                               "name": f"slotune-trial-{spec.trial_id}"}
+                               "name": f"slotune-trial-{spec.run_id}"}
     if spec.device == "cpu":
         # vLLM's CPU build: one core per tensor-parallel rank, and no GPU at all.
         options.update(num_gpus=0, num_cpus=spec.gpus)
@@ -170,7 +170,7 @@ def collect_trial(ref: ray.ObjectRef[str], spec: TrialSpec, *,
     except RayTaskError as exc:
         # The trial code itself raised: a bug, not the engine; keep the traceback text.
         message = f"trial task raised: {exc}"
-    return TrialResult(trial_id=spec.trial_id, status="failed", failure="worker_lost",
+    return TrialResult(run_id=spec.run_id, status="failed", failure="worker_lost",
                        failure_message=message[:2000],
                        timings=PhaseTimings(total_s=time.perf_counter() - started))
 

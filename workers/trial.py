@@ -54,7 +54,7 @@ async def run_trial_async(spec: TrialSpec, *, gpu_ids: Sequence[str] = (),
                           probe: GPUProbe | None = None) -> TrialResult:
     started = time.perf_counter()
     started_at = datetime.now(UTC)
-    workdir = workdir or Path(tempfile.mkdtemp(prefix=f"slotune-{_safe(spec.trial_id)}-"))
+    workdir = workdir or Path(tempfile.mkdtemp(prefix=f"slotune-{_safe(spec.run_id)}-"))
     engine = make_engine(spec, workdir, gpu_ids)
     probe = probe if probe is not None else GPUProbe()
     try:
@@ -66,7 +66,7 @@ async def run_trial_async(spec: TrialSpec, *, gpu_ids: Sequence[str] = (),
         teardown_s = time.perf_counter() - teardown_start
         leftover = probe.busy(gpu_ids) if engine.occupies_gpus else []
         if leftover:
-            log.error("trial %s: GPUs not free after teardown: %s", spec.trial_id, leftover)
+            log.error("trial %s: GPUs not free after teardown: %s", spec.run_id, leftover)
     timings = result.timings.model_copy(update={
         "teardown_s": teardown_s if engine.proc is not None else None,
         "total_s": time.perf_counter() - started,

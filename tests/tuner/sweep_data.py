@@ -18,7 +18,7 @@ from tuner.spaces import load_space
 from tuner.strategies import infeasible_result, params_key, rank
 from workers.contracts import KnobValue, TrialResult
 from workers.engines.sim import SimOptions
-from workers.sim_trial import run_virtual_trial
+from workers.virtual_trial import run_virtual_trial
 
 __all__ = ["LAB_4RPS", "RATE", "WORKLOAD", "SweepData", "populate_finished_sweep"]
 
@@ -62,7 +62,7 @@ def populate_finished_sweep(store: Store) -> SweepData:
 
     def record(params: dict[str, KnobValue], result: TrialResult) -> int:
         nonlocal number
-        spec = space.to_trial_spec(params, result.trial_id, workload=workload, mode="goodput")
+        spec = space.to_trial_spec(params, result.run_id, workload=workload, mode="goodput")
         trial = store.start_trial(sweep.id, number=number, params=params, spec=spec)
         store.finish_trial(trial.id, result)
         number += 1
@@ -85,7 +85,7 @@ def populate_finished_sweep(store: Store) -> SweepData:
                                   "max_num_batched_tokens >= max_num_seqs"))
     oom = {**space.defaults(), "gpu_memory_utilization": 0.95, "max_num_seqs": 256}
     record(oom, TrialResult(
-        trial_id=f"sweep{sweep.id}-{number}", status="failed", failure="oom",
+        run_id=f"sweep{sweep.id}-{number}", status="failed", failure="oom",
         failure_message="CUDA out of memory while capturing CUDA graphs (23.6 GiB in use)",
         constraints={"fits": 1.0}))
     # confirm: the top two, three runs each, interleaved (A B A B A B), other noise seeds

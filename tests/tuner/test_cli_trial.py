@@ -104,8 +104,15 @@ def test_executor_virtual_runs_the_same_spec_in_virtual_time() -> None:
     assert virtual["metrics"]["slotune"]["base_url"] == "sim://virtual-time"
     assert set(virtual["constraints"]) == {"fits", "ttft", "tpot"}
     assert engine_pids() == []  # nothing was started
+    assert virtual["run_id"].startswith("manual-") and "trial_id" not in virtual
+    # --run-id names the run; --trial-id, its old spelling, still does.
     proc, refused, _ = trial_run("--executor", "virtual", "--set", "max_num_seqs=512",
-                                 "--set", "max_num_batched_tokens=256")
+                                 "--set", "max_num_batched_tokens=256",
+                                 "--trial-id", "by-hand")
     assert proc.returncode == 3
     assert refused is not None and refused["failure"] == "invalid_config"
+    assert refused["run_id"] == "by-hand"
     assert "greater than or equal to max_num_seqs (512)" in refused["failure_message"]
+    _, named, _ = trial_run("--executor", "virtual", "--set", "max_num_seqs=512",
+                            "--set", "max_num_batched_tokens=256", "--run-id", "named")
+    assert named is not None and named["run_id"] == "named"

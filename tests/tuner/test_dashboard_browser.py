@@ -153,7 +153,7 @@ def _measure(store: Store, workload: str, runs: list[tuple[float, float, str]]) 
         trial = store.start_trial(sweep.id, number=number, params={"max_num_seqs": 64 << number},
                                   lease=sweep.lease)
         store.finish_trial(trial.id, TrialResult(
-            trial_id=f"t{number}", status="ok", objective=objective, headroom=headroom,
+            run_id=f"t{number}", status="ok", objective=objective, headroom=headroom,
             gate_passed=objective > 0, engine=EngineFacts(engine_version=version)),
             lease=sweep.lease)
 

@@ -51,7 +51,7 @@ def _stored(store: Store, sweep_id: int, number: int, config: dict[str, Any],
     passed = [p.request_rate for p in probes if p.gate_passed]
     capacity = max(passed) if passed else 0.0
     row = store.start_trial(sweep_id, number=number, params=config, worker="w0")
-    store.finish_trial(row.id, TrialResult(trial_id=f"t{number}", status="ok",
+    store.finish_trial(row.id, TrialResult(run_id=f"t{number}", status="ok",
                                            objective=capacity, capacity=capacity,
                                            gate_passed=True, capacity_probes=probes))
     return row.id
@@ -95,12 +95,12 @@ def test_a_repeat_that_breaks_the_new_slo_at_its_lowest_rate_rules_its_configura
         a = _stored(store, sweep.id, 0, config, probe(4, 100, 20), probe(6, 150, 25),
                     probe(8, 200, 35))
         spec = TrialSpec.model_validate({
-            "trial_id": "r", "engine": "sim", "model": "m", "knobs": config,
+            "run_id": "r", "engine": "sim", "model": "m", "knobs": config,
             "workload": Workload(name="fleet"), "slo": SLO(ttft=300, tpot=50),
             "gpu": "l40s"})
         store.record_trial(sweep.id, role="repeat", number=0, repeat=1, repeat_of=a,
                            params=config, spec=spec, result=TrialResult(
-                               trial_id="r", status="ok", objective=4.0, capacity=4.0,
+                               run_id="r", status="ok", objective=4.0, capacity=4.0,
                                gate_passed=True,
                                capacity_probes=(probe(4, 120, 40), probe(5, 150, 45))))
         b = _stored(store, sweep.id, 1, {"max_num_seqs": 256}, probe(4, 100, 18),

@@ -88,7 +88,7 @@ def test_a_confirmation_repeat_counts_as_a_measurement_and_a_baseline_not(
                                model="Qwen/Qwen2.5-7B-Instruct", gpu="h100-sxm",
                                strategy="random", mode="capacity")
     first = measure(store, sweep.id, 0, {"max_num_seqs": 128}, 30.0, capacity=30.0)
-    spec = TrialSpec(trial_id="r", model="Qwen/Qwen2.5-7B-Instruct",
+    spec = TrialSpec(run_id="r", model="Qwen/Qwen2.5-7B-Instruct",
                      knobs={"max_num_seqs": 128}, workload=fleet, slo=slo, mode="capacity")
     again = store.record_trial(sweep.id, role="repeat", number=0, repeat=1, repeat_of=first,
                                params={"max_num_seqs": 128}, spec=spec,
@@ -111,7 +111,7 @@ def test_a_configuration_whose_repeat_held_nothing_sizes_nothing(
                                strategy="random", mode="capacity")
     lucky = measure(store, sweep.id, 0, {"max_num_seqs": 256}, 40.0, capacity=40.0)
     steady = measure(store, sweep.id, 1, {"max_num_seqs": 128}, 30.0, capacity=30.0)
-    spec = TrialSpec(trial_id="r", model="Qwen/Qwen2.5-7B-Instruct",
+    spec = TrialSpec(run_id="r", model="Qwen/Qwen2.5-7B-Instruct",
                      knobs={"max_num_seqs": 256}, workload=fleet, slo=slo, mode="capacity")
     store.record_trial(sweep.id, role="repeat", number=0, repeat=1, repeat_of=lucky,
                        params={"max_num_seqs": 256}, spec=spec,

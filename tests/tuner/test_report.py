@@ -271,11 +271,11 @@ def test_utilisation_shows_each_boots_phases_and_the_sweeps_shares(tmp_path: Pat
         params = space.defaults()
         spec = space.to_trial_spec(params, "t0", workload=workload, mode="goodput")
         trial = store.start_trial(sweep.id, number=0, params=params, spec=spec)
-        store.finish_trial(trial.id, TrialResult(trial_id="t0", status="ok", objective=1.0,
+        store.finish_trial(trial.id, TrialResult(run_id="t0", status="ok", objective=1.0,
                                                  timings=_boot(100.0, 10.0, 60.0, 20.0)))
         store.record_trial(sweep.id, role="repeat", number=0, repeat=1, repeat_of=trial.id,
                            params=params, spec=spec, result=TrialResult(
-                               trial_id="t0-r1", status="ok", objective=1.0,
+                               run_id="t0-r1", status="ok", objective=1.0,
                                timings=_boot(50.0, 10.0, 15.0, 15.0)))
         md = render_report(store, sweep.id, "md")
         html = render_report(store, sweep.id, "html")

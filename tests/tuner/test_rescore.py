@@ -36,7 +36,7 @@ def probe(rate: float, ttft_p99: float | None, tpot_p99: float | None, **kw: Any
 
 
 def trial(*probes: CapacityProbe) -> TrialResult:
-    return TrialResult(trial_id="t", status="ok", capacity_probes=probes)
+    return TrialResult(run_id="t", status="ok", capacity_probes=probes)
 
 
 def capacity(result: TrialResult, slo: SLO) -> Any:

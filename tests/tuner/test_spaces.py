@@ -21,7 +21,7 @@ from tuner.sweep.request import stored_space
 from workers.engines.sim import SimOptions
 from workers.engines.vllm import VllmOptions
 from workers.loadgen.workload_files import load_workload
-from workers.sim_trial import run_virtual_trial
+from workers.virtual_trial import run_virtual_trial
 
 SHIPPED = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "search_spaces").glob(
     "*.yaml"))
@@ -131,7 +131,7 @@ def test_to_trial_spec_merges_fixed_args_and_knobs() -> None:
     space = load_space("lab")
     params = {**space.defaults(), "max_num_seqs": 64}
     spec = space.to_trial_spec(params, "trial-7", slo="ttft:200", mode="capacity")
-    assert spec.trial_id == "trial-7"
+    assert spec.run_id == "trial-7"
     assert spec.engine_flags["max_num_seqs"] == 64
     assert spec.engine_flags["max_model_len"] == space.fixed["max_model_len"]
     assert spec.slo.ttft == 200 and spec.slo.tpot is None and spec.mode == "capacity"
@@ -290,7 +290,7 @@ def test_quantization_and_fp8_kv_are_lossy_by_default_with_their_lossless_baseli
     assert gate.baseline == {"quantization": None, "kv_cache_dtype": "auto"}
     assert (gate.golden.max_tokens, gate.golden.min_agreement) == (32, 0.9)
     baseline = spec.baseline()
-    assert baseline.quality is None and baseline.trial_id == "t-baseline"
+    assert baseline.quality is None and baseline.run_id == "t-baseline"
     assert (baseline.knobs["quantization"], baseline.knobs["kv_cache_dtype"]) == (None, "auto")
     assert baseline.knobs["max_num_seqs"] == spec.knobs["max_num_seqs"]  # all else the same
 

@@ -47,7 +47,7 @@ def synthetic(params: dict[str, Any], wall: str = "prefill") -> TrialResult:
     """A made-up landscape: peaks at max_num_batched_tokens 1024, max_num_seqs 128."""
     tokens, seqs = params["max_num_batched_tokens"], params["max_num_seqs"]
     obj = 10.0 - abs(tokens - 1024) / 512 - abs(seqs - 128) / 128
-    return TrialResult(trial_id="x", status="ok", objective=max(obj, 0.0), gate_passed=True,
+    return TrialResult(run_id="x", status="ok", objective=max(obj, 0.0), gate_passed=True,
                        headroom=0.8, constraints={"ttft": -0.2},
                        diagnosis={"wall": wall, "label": wall, "reason": "test",
                                   "evidence": {}})
@@ -203,7 +203,7 @@ KV_SPACE = parse_space({
 def kv_pool(params: dict[str, Any]) -> TrialResult:
     """A KV-bound landscape: capacity grows with the pool (memory, bytes per token) only."""
     pool = params["gpu_memory_utilization"] * (2.0 if params["kv_cache_dtype"] == "fp8" else 1)
-    return TrialResult(trial_id="x", status="ok", objective=pool, gate_passed=True,
+    return TrialResult(run_id="x", status="ok", objective=pool, gate_passed=True,
                        headroom=0.9, diagnosis={"wall": "kv", "label": "KV-bound",
                                                 "reason": "test", "evidence": {}})
 
@@ -227,7 +227,7 @@ def test_guided_stops_at_a_queue_wall_saying_add_replicas() -> None:
 
 def test_ranking_prefers_headroom_within_noise() -> None:
     def res(obj: float, head: float) -> TrialResult:
-        return TrialResult(trial_id="r", status="ok", objective=obj, headroom=head)
+        return TrialResult(run_id="r", status="ok", objective=obj, headroom=head)
 
     results = [res(10.0, 0.9), res(9.9, 0.5), res(8.0, 0.1)]
     assert rank(results) == [1, 0, 2]

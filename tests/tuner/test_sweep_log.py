@@ -26,14 +26,14 @@ SLOTUNE = str(Path(sys.executable).with_name("slotune"))
 def test_a_failed_and_an_infeasible_trial_say_their_status_word_and_why() -> None:
     out = io.StringIO()
     log = SweepLog(out)
-    failed = TrialResult(trial_id="t5", status="failed", failure="oom",
+    failed = TrialResult(run_id="t5", status="failed", failure="oom",
                          failure_message="CUDA out of memory\n  at step 3")
-    infeasible = TrialResult(trial_id="t6", status="infeasible",
+    infeasible = TrialResult(run_id="t6", status="infeasible",
                              violated_rule="max_num_batched_tokens >= max_num_seqs")
     progress = SweepProgress(phase="search", done=3, failed=1, max_trials=10,
                              best_objective=4.2, eta_s=60)
-    log.trial_ended(1, 5, {"gpu_memory_utilization": 0.99}, failed, progress, best_trial=2)
-    log.trial_ended(1, 6, {}, infeasible, progress, best_trial=2)
+    log.trial_ended(1, 5, {"gpu_memory_utilization": 0.99}, failed, progress, best_number=2)
+    log.trial_ended(1, 6, {}, infeasible, progress, best_number=2)
     first, second = out.getvalue().splitlines()
     assert "sweep 1 trial 5 failed: gpu_memory_utilization=0.99 · oom: CUDA out of " \
         "memory at step 3" in first

@@ -14,6 +14,7 @@ from workers.contracts import (
     Arrivals,
     RandomDataset,
     TraceDataset,
+    TrialResult,
     TrialSpec,
     Workload,
     options_for,
@@ -74,7 +75,7 @@ def test_errors_name_the_field() -> None:
 
 def test_the_model_revision_comes_from_the_flag_or_the_snapshot_path() -> None:
     def spec(model: str, **knobs: object) -> TrialSpec:
-        return TrialSpec(trial_id="t", model=model, knobs=knobs, workload=Workload(name="w"),
+        return TrialSpec(run_id="t", model=model, knobs=knobs, workload=Workload(name="w"),
                          slo=SLO(ttft=300))
 
     snapshot = "/hf/hub/models--Qwen--Qwen2.5-7B-Instruct/snapshots/a09a3545/"
@@ -87,7 +88,7 @@ def test_the_model_revision_comes_from_the_flag_or_the_snapshot_path() -> None:
 
 
 def test_the_gpu_is_the_trials_and_engine_options_belong_to_their_engine() -> None:
-    base = {"trial_id": "t", "model": "m", "workload": Workload(), "slo": SLO(ttft=300)}
+    base = {"run_id": "t", "model": "m", "workload": Workload(), "slo": SLO(ttft=300)}
     spec = TrialSpec.model_validate({**base, "gpu": "rtx4090", "sim": {"seed": 3}})
     assert spec.gpu == "rtx4090" and spec.options == SimOptions(seed=3)
     # Where earlier versions kept the GPU (sim.gpu) still reads, as the trial's gpu.
@@ -127,7 +128,7 @@ def test_a_spec_stored_before_engine_options_loads_into_its_engines_options() ->
 
 
 def test_options_of_another_engine_are_refused_saying_whose_they_are() -> None:
-    base = {"trial_id": "t", "model": "m", "workload": Workload(), "slo": SLO(ttft=300)}
+    base = {"run_id": "t", "model": "m", "workload": Workload(), "slo": SLO(ttft=300)}
     with pytest.raises(ValidationError, match=r"options\.engine_binary: Extra inputs .*"
                        r"engine_binary is for engine: vllm"):
         TrialSpec.model_validate({**base, "options": {"engine_binary": "/v"}})
@@ -159,7 +160,7 @@ def test_options_of_another_engine_are_refused_saying_whose_they_are() -> None:
 
 
 def test_a_replica_occupies_tensor_times_pipeline_parallel_devices() -> None:
-    spec = TrialSpec(trial_id="t", model="m", workload=Workload(), slo=SLO(ttft=300),
+    spec = TrialSpec(run_id="t", model="m", workload=Workload(), slo=SLO(ttft=300),
                      engine_args={"tensor_parallel_size": 2, "pipeline_parallel_size": 2})
     assert spec.gpus == 4 and spec.tensor_parallel_size == 2  # what the coordinator holds
     assert replica_gpus({"tensor_parallel_size": "4"}) == 4  # what the planner counts
@@ -167,10 +168,32 @@ def test_a_replica_occupies_tensor_times_pipeline_parallel_devices() -> None:
 
 
 def test_a_data_parallel_replica_occupies_every_rank_and_expert_parallelism_adds_none() -> None:
-    spec = TrialSpec(trial_id="t", model="m", workload=Workload(), slo=SLO(ttft=300),
+    spec = TrialSpec(run_id="t", model="m", workload=Workload(), slo=SLO(ttft=300),
                      engine_args={"tensor_parallel_size": 2, "enable_expert_parallel": True},
                      knobs={"data_parallel_size": 4})
     assert spec.gpus == 8  # one vllm serve over 4 ranks of TP 2
     assert replica_gpus({"tensor_parallel_size": 2, "pipeline_parallel_size": 2,
                          "data_parallel_size": 2}) == 8
     assert replica_gpus({"data_parallel_size": 4, "enable_expert_parallel": True}) == 4
+
+
+def test_a_spec_or_result_written_with_the_old_trial_id_key_loads_as_its_run_id() -> None:
+    """Before issue 27 the run's name was ``trial_id``: JSON stored or written then (result
+    files, saved reports) still loads, and is written back as ``run_id``."""
+    spec = TrialSpec(run_id="s3-t7-a1", model="m", workload=Workload(), slo=SLO(ttft=300))
+    old = {("trial_id" if k == "run_id" else k): v for k, v in spec.model_dump().items()}
+    assert TrialSpec.model_validate(old) == spec
+    assert TrialSpec.model_validate_json(spec.model_dump_json().replace(
+        '"run_id"', '"trial_id"')) == spec
+    assert '"run_id":"s3-t7-a1"' in spec.model_dump_json() and "trial_id" not in \
+        spec.model_dump_json()
+
+    result = TrialResult.model_validate_json(
+        '{"trial_id": "optuna-7", "status": "failed", "failure": "oom"}')
+    assert result.run_id == "optuna-7" and "run_id" in result.model_dump()
+    assert TrialResult.model_validate(result.model_dump()) == result
+    # One name at a time: both keys are refused like any extra field; neither is missing.
+    with pytest.raises(ValidationError, match="trial_id"):
+        TrialResult.model_validate({"run_id": "a", "trial_id": "a", "status": "ok"})
+    with pytest.raises(ValidationError, match="run_id"):
+        TrialResult.model_validate({"status": "ok"})

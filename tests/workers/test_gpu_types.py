@@ -21,7 +21,7 @@ from workers.ray_worker import (
 
 
 def spec(engine: str = "sim", gpu: str = "rtx4090", **knobs: Any) -> TrialSpec:
-    return TrialSpec(trial_id="t", engine=engine, model="Qwen/Qwen2.5-7B-Instruct",
+    return TrialSpec(run_id="t", engine=engine, model="Qwen/Qwen2.5-7B-Instruct",
                      knobs=knobs, workload=Workload(), slo=SLO(ttft=300), gpu=gpu)
 
 
@@ -74,7 +74,7 @@ def test_the_stored_excerpt_carries_no_secret(tmp_path: Path) -> None:
 
 
 def test_cpu_trials_ask_ray_for_cpus_not_gpus() -> None:
-    spec = TrialSpec(trial_id="c", engine="vllm", model="m", device="cpu",
+    spec = TrialSpec(run_id="c", engine="vllm", model="m", device="cpu",
                      knobs={"tensor_parallel_size": 2}, workload=Workload(), slo=SLO(ttft=1))
     options = trial_options(spec)
     assert options["num_gpus"] == 0 and options["num_cpus"] == 2
@@ -82,7 +82,7 @@ def test_cpu_trials_ask_ray_for_cpus_not_gpus() -> None:
 
 
 def test_a_warm_node_is_preferred_only_while_it_has_room() -> None:
-    spec = TrialSpec(trial_id="c", engine="vllm", model="m", device="cpu",
+    spec = TrialSpec(run_id="c", engine="vllm", model="m", device="cpu",
                      workload=Workload(), slo=SLO(ttft=1))
     assert "scheduling_strategy" not in trial_options(spec)
     node = "ab" * 28  # a Ray node id: 28 bytes, hex

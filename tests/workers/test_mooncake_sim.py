@@ -14,7 +14,7 @@ from workers.loadgen.arrivals import arrival_offsets
 from workers.loadgen.datasets import sample_requests
 from workers.loadgen.workload_files import load_workload
 from workers.pipeline import probe_workload
-from workers.sim_trial import engine_config, measure, run_virtual_trial
+from workers.virtual_trial import engine_config, measure, run_virtual_trial
 
 MODEL = "Qwen/Qwen2.5-7B-Instruct"
 HITS = "vllm:prefix_cache_hits_total"
@@ -32,7 +32,7 @@ def _sample(n: int, rate: float, path: str | None = None) -> Workload:
 
 def _spec(workload: Workload, **kw: Any) -> TrialSpec:
     return TrialSpec.model_validate(dict(
-        trial_id="mc", engine="sim", model=MODEL, knobs={}, workload=workload,
+        run_id="mc", engine="sim", model=MODEL, knobs={}, workload=workload,
         engine_args={"max_model_len": 4096}, slo=SLO(ttft=2000, tpot=100), gpu="h100", **kw))
 
 

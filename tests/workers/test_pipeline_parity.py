@@ -35,8 +35,8 @@ from workers.pipeline import (
     remeasure_search,
     warm_search,
 )
-from workers.sim_trial import run_virtual_trial
 from workers.trial import run_trial
+from workers.virtual_trial import run_virtual_trial
 
 QWEN7B = "Qwen/Qwen2.5-7B-Instruct"
 QWEN_MOE = "Qwen/Qwen3-30B-A3B"
@@ -51,7 +51,7 @@ def _spec(rate: float = 3.0, prompts: int = 60, knobs: dict[str, Any] | None = N
     data["warmup_requests"] = 2
     data.update(overrides.pop("workload", {}))
     spec: dict[str, Any] = {
-        "trial_id": f"parity-{uuid.uuid4().hex[:8]}", "engine": "sim", "model": QWEN7B,
+        "run_id": f"parity-{uuid.uuid4().hex[:8]}", "engine": "sim", "model": QWEN7B,
         "knobs": {"quantization": "fp8", **(knobs or {})},
         "engine_args": {"max_model_len": 4096}, "workload": data,
         "slo": SLO.parse("ttft:300,tpot:50"), "gpu": "rtx4090", "sim": SimOptions(time_scale=2),
@@ -128,7 +128,7 @@ def _run_live(spec: TrialSpec) -> TrialResult:
 def live() -> dict[str, TrialResult]:
     results = {name: _run_live(spec) for name, spec in CASES.items()}
     for result in results.values():
-        assert engine_pids(result.trial_id) == []
+        assert engine_pids(result.run_id) == []
     return results
 
 

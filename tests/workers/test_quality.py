@@ -27,8 +27,8 @@ from workers.engines.sim import SimOptions
 from workers.quality import QualityUnavailable, agreement, run_command
 from workers.sim.numerics import FLIP_RATES, flip_rate
 from workers.sim.tokenizer import encode
-from workers.sim_trial import engine_config, golden_answers, run_virtual_trial
 from workers.trial import run_trial
+from workers.virtual_trial import engine_config, golden_answers, run_virtual_trial
 
 QWEN7B = "Qwen/Qwen2.5-7B-Instruct"
 
@@ -123,7 +123,7 @@ def test_a_gate_needs_exactly_one_check() -> None:
 def _spec(knobs: dict[str, object], *, seed: int = 0, quality: QualityGate | None = None,
           prompts: int = 30) -> TrialSpec:
     return TrialSpec(
-        trial_id=f"quality-{uuid.uuid4().hex[:8]}", engine="sim", model=QWEN7B,
+        run_id=f"quality-{uuid.uuid4().hex[:8]}", engine="sim", model=QWEN7B,
         knobs=knobs, engine_args={"max_model_len": 4096}, gpu="rtx4090",
         workload=Workload(name="q", dataset={"kind": "random", "input_len": 256,
                                              "output_len": 32},
@@ -161,7 +161,7 @@ def test_a_command_check_runs_against_the_booted_engine(tmp_path: Path) -> None:
     assert failed.quality is not None and failed.quality.passed is False
     assert failed.objective == 0.0 and failed.constraints["quality"] > 0
     assert "below 0.9" in (failed.quality.detail or "")
-    assert engine_pids(passed.trial_id) == engine_pids(failed.trial_id) == []
+    assert engine_pids(passed.run_id) == engine_pids(failed.run_id) == []
 
 
 def test_allowed_lossy_values_score_unchecked_and_say_so() -> None:

@@ -57,7 +57,7 @@ def spec(gpu: str, prompts: int = 16) -> TrialSpec:
     data["num_prompts"] = prompts
     data["warmup_requests"] = 1
     return TrialSpec.model_validate({
-        "trial_id": f"cl-{gpu}-{uuid.uuid4().hex[:6]}", "engine": "sim",
+        "run_id": f"cl-{gpu}-{uuid.uuid4().hex[:6]}", "engine": "sim",
         "model": "Qwen/Qwen2.5-7B-Instruct", "knobs": {"quantization": "fp8"},
         "workload": data, "slo": SLO.parse("ttft:1000,tpot:100"),
         "gpu": gpu, "sim": SimOptions(time_scale=3),
@@ -103,7 +103,7 @@ def test_trials_land_on_nodes_of_their_gpu_type(cluster: LocalRayCluster) -> Non
         assert result.engine.kv_cache_tokens and result.engine.kv_cache_tokens > 0
         assert result.log_tail and "GPU KV cache size" in result.log_tail
         assert len(result.log_tail.encode()) <= LOG_EXCERPT_BYTES
-        assert engine_pids(s.trial_id) == []
+        assert engine_pids(s.run_id) == []
     assert len(set(ran_on)) == 2
 
 
@@ -131,7 +131,7 @@ def test_submit_trial_runs_on_the_cluster(cluster: LocalRayCluster) -> None:
     s = spec("h100-sxm", prompts=8)
     result = collect_trial(submit_trial(s), s, timeout_s=120)
     assert result.status == "ok", result.failure_message
-    assert engine_pids(s.trial_id) == []
+    assert engine_pids(s.run_id) == []
 
 
 def test_slotune_coordinator_runs_a_sweep_on_the_cluster(cluster: LocalRayCluster,
@@ -168,15 +168,15 @@ def test_slotune_coordinator_runs_a_sweep_on_the_cluster(cluster: LocalRayCluste
         assert result.engine.gpu_name and "H100" in result.engine.gpu_name
         assert result.log_tail and "GPU KV cache size" in result.log_tail
         # (Per trial: other suites may run engines on this machine at the same time.)
-        assert_gone(result.trial_id)
+        assert_gone(result.run_id)
 
 
-def assert_gone(trial_id: str, within_s: float = 10) -> None:
+def assert_gone(run_id: str, within_s: float = 10) -> None:
     """No engine of this trial is left (a cancelled task's engine dies a moment later)."""
     deadline = time.monotonic() + within_s
-    while engine_pids(trial_id) and time.monotonic() < deadline:
+    while engine_pids(run_id) and time.monotonic() < deadline:
         time.sleep(0.1)
-    left = engine_pids(trial_id)
+    left = engine_pids(run_id)
     assert left == [], [Path(f"/proc/{p}/cmdline").read_bytes() for p in left]
 
 

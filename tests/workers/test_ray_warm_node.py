@@ -47,7 +47,7 @@ def spec(model: str = MODEL, prompts: int = SHORT) -> TrialSpec:
     data["num_prompts"] = prompts
     data["warmup_requests"] = 1
     return TrialSpec.model_validate({
-        "trial_id": f"warm-{uuid.uuid4().hex[:6]}", "engine": "sim", "model": model,
+        "run_id": f"warm-{uuid.uuid4().hex[:6]}", "engine": "sim", "model": model,
         "knobs": {"quantization": "fp8"}, "workload": data,
         "slo": SLO.parse("ttft:1000,tpot:100"), "gpu": "rtx4090",
         "sim": SimOptions(time_scale=4),
@@ -72,8 +72,8 @@ def run(executor: RayExecutor, trial: TrialSpec) -> TrialResult:
 def wait_until_running(trial: TrialSpec, timeout_s: float = 60) -> None:
     """Until the trial's engine process is up: it holds its node's GPU from here on."""
     deadline = time.monotonic() + timeout_s
-    while not engine_pids(trial.trial_id):
-        assert time.monotonic() < deadline, f"{trial.trial_id}: the engine never started"
+    while not engine_pids(trial.run_id):
+        assert time.monotonic() < deadline, f"{trial.run_id}: the engine never started"
         time.sleep(0.1)
 
 

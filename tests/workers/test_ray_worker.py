@@ -40,7 +40,7 @@ def spec(tp: int = 1, prompts: int = 24, rate: float = 2.0) -> TrialSpec:
     if tp > 1:
         knobs["tensor_parallel_size"] = tp
     return TrialSpec.model_validate({
-        "trial_id": f"ray-{uuid.uuid4().hex[:8]}", "engine": "sim",
+        "run_id": f"ray-{uuid.uuid4().hex[:8]}", "engine": "sim",
         "model": "Qwen/Qwen2.5-7B-Instruct", "knobs": knobs, "workload": data,
         "slo": SLO.parse("ttft:300,tpot:50"), "gpu": "rtx4090", "sim": SimOptions(time_scale=2),
     })
@@ -62,7 +62,7 @@ def test_four_trials_run_in_parallel_each_on_its_own_gpu(ray_cluster: None) -> N
     # Each result names the node it ran on: this local Ray's one node.
     assert {r.node for r in results} == {ray.get_runtime_context().get_node_id()}
     for s in specs:
-        assert engine_pids(s.trial_id) == []
+        assert engine_pids(s.run_id) == []
 
 
 def test_gpus_follow_tensor_parallel_size(ray_cluster: None) -> None:
@@ -87,9 +87,9 @@ def test_a_lost_worker_is_a_worker_lost_result_and_leaves_no_engine(ray_cluster:
     s = spec(prompts=400)
     ref = submit_trial(s)
     deadline = time.monotonic() + 60
-    while not engine_pids(s.trial_id) and time.monotonic() < deadline:
+    while not engine_pids(s.run_id) and time.monotonic() < deadline:
         time.sleep(0.1)
-    pids = engine_pids(s.trial_id)
+    pids = engine_pids(s.run_id)
     assert pids, "the engine never started"
     # The engine's parent is the Ray worker running the trial: kill it like an OOM-killer would.
     parent = int(Path(f"/proc/{pids[0]}/stat").read_text().split(")")[1].split()[1])
@@ -98,6 +98,6 @@ def test_a_lost_worker_is_a_worker_lost_result_and_leaves_no_engine(ray_cluster:
     assert (result.status, result.failure) == ("failed", "worker_lost")
     assert result.node is None  # where it ran is not known: the row keeps what it had
     deadline = time.monotonic() + 10
-    while engine_pids(s.trial_id) and time.monotonic() < deadline:
+    while engine_pids(s.run_id) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert engine_pids(s.trial_id) == []
+    assert engine_pids(s.run_id) == []

@@ -23,8 +23,8 @@ from tests.procscan import engine_pids
 from workers.contracts import SLO, CapacitySearch, TrialResult, TrialSpec
 from workers.engines.sim import SimOptions
 from workers.loadgen import load_workload
-from workers.sim_trial import run_virtual_trial
 from workers.trial import run_trial, run_trial_async
+from workers.virtual_trial import run_virtual_trial
 
 pytestmark = pytest.mark.slow
 
@@ -38,7 +38,7 @@ def lab_spec(rate: float, prompts: int = 120, **overrides: Any) -> TrialSpec:
     data["num_prompts"] = prompts
     data["warmup_requests"] = 4
     spec: dict[str, Any] = {
-        "trial_id": f"trial-{uuid.uuid4().hex[:8]}", "engine": "sim", "model": QWEN7B,
+        "run_id": f"trial-{uuid.uuid4().hex[:8]}", "engine": "sim", "model": QWEN7B,
         "knobs": {"quantization": "fp8"}, "workload": data,
         "slo": SLO.parse("ttft:300,tpot:50"), "gpu": "rtx4090", "sim": SimOptions(time_scale=4),
     }
@@ -47,7 +47,7 @@ def lab_spec(rate: float, prompts: int = 120, **overrides: Any) -> TrialSpec:
 
 
 def assert_clean(result: TrialResult) -> None:
-    assert engine_pids(result.trial_id) == []
+    assert engine_pids(result.run_id) == []
 
 
 def test_a_load_the_config_carries_scores_its_goodput() -> None:
@@ -141,10 +141,10 @@ def test_engine_killed_mid_measurement_is_crashed_with_its_log() -> None:
     thread = threading.Thread(target=lambda: box.setdefault("r", run_trial(spec)))
     thread.start()
     deadline = time.monotonic() + 30
-    while not engine_pids(spec.trial_id) and time.monotonic() < deadline:
+    while not engine_pids(spec.run_id) and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(4.0)  # booted (≈1.5 s) and into the measurement
-    for pid in engine_pids(spec.trial_id):
+    for pid in engine_pids(spec.run_id):
         os.kill(pid, signal.SIGKILL)
     thread.join(timeout=60)
     result = box["r"]
@@ -161,13 +161,13 @@ def test_cancellation_tears_the_engine_down() -> None:
     async def cancel_midway() -> None:
         task = asyncio.create_task(run_trial_async(spec))
         await asyncio.sleep(4.0)
-        assert engine_pids(spec.trial_id)
+        assert engine_pids(spec.run_id)
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
 
     asyncio.run(cancel_midway())
-    assert engine_pids(spec.trial_id) == []
+    assert engine_pids(spec.run_id) == []
 
 
 def test_capacity_mode_finds_the_highest_passing_rate_on_one_engine() -> None:

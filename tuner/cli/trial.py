@@ -72,7 +72,7 @@ def parse_sets(items: list[str], space: SearchSpace) -> tuple[dict[str, KnobValu
 def build_spec(space: SearchSpace, sets: list[str], *, workload: str | None, slo: str | None,
                mode: ObjectiveMode | None, request_rate: float | None,
                num_prompts: int | None, time_scale: float | None,
-               trial_id: str | None, allow_lossy: bool = False
+               run_id: str | None, allow_lossy: bool = False
                ) -> tuple[TrialSpec, str | None]:
     knobs, fixed = parse_sets(sets, space)
     if allow_lossy:
@@ -101,7 +101,7 @@ def build_spec(space: SearchSpace, sets: list[str], *, workload: str | None, slo
             raise UsageError(f"--time-scale: an option of the simulated engine; space "
                              f"{space.name!r} runs {space.engine} (drop it)")
         options = options.model_copy(update={"time_scale": time_scale})
-    spec = space.to_trial_spec(params, trial_id or f"manual-{uuid.uuid4().hex[:8]}",
+    spec = space.to_trial_spec(params, run_id or f"manual-{uuid.uuid4().hex[:8]}",
                                workload=chosen, slo=chosen_slo, mode=mode, options=options)
     if fixed:  # a fixed argument set by hand may be the lossy one
         spec = spec.model_copy(update={"engine_args": {**spec.engine_args, **fixed},
@@ -126,7 +126,9 @@ def run(
                                                     "measured requests.")] = None,
     time_scale: Annotated[float | None, typer.Option(help="Simulated engine: run this many "
                                                      "times faster than real time.")] = None,
-    trial_id: Annotated[str | None, typer.Option(help="Name the trial.")] = None,
+    run_id: Annotated[str | None, typer.Option(
+        "--run-id", "--trial-id", help="Name the run (its engine process, workdir and logs "
+        "carry it; --trial-id: the old spelling).")] = None,
     allow_lossy: Annotated[bool, typer.Option(
         help="Let lossy knob values score without their quality check.")] = False,
     executor: Annotated[TrialExecutorKind, typer.Option(
@@ -141,7 +143,7 @@ def run(
         loaded = load_space(space)
         spec, broken = build_spec(loaded, sets or [], workload=workload, slo=slo, mode=mode,
                                   request_rate=request_rate, num_prompts=num_prompts,
-                                  time_scale=time_scale, trial_id=trial_id,
+                                  time_scale=time_scale, run_id=run_id,
                                   allow_lossy=allow_lossy)
     except (SpaceError, UsageError) as exc:
         print(f"slotune trial run: error: {exc}", file=sys.stderr)
@@ -151,13 +153,13 @@ def run(
         err.print(f"[yellow]note:[/] this configuration breaks the space's rule "
                   f"[bold]{broken}[/]; booting it anyway so the engine can say why")
     if not as_json:
-        err.print(f"trial {spec.trial_id}: {vllm_command(spec.model, spec.engine_flags)}")
+        err.print(f"trial {spec.run_id}: {vllm_command(spec.model, spec.engine_flags)}")
         if executor == "virtual":
             err.print(f"virtual: the simulated engine on a modelled {spec.gpu}, in "
                       "virtual time (timings are what the trial would take on that GPU)")
     # The engines and the load generator load here, not for every slotune command.
-    from workers.sim_trial import run_virtual_trial
     from workers.trial import run_trial
+    from workers.virtual_trial import run_virtual_trial
 
     if executor == "virtual":
         result = run_virtual_trial(spec)
@@ -173,7 +175,7 @@ def run(
 
 def _print(result: TrialResult, spec: TrialSpec) -> None:
     console = make_console()
-    table = Table(title=f"trial {result.trial_id}", show_header=False)
+    table = Table(title=f"trial {result.run_id}", show_header=False)
     rows: list[tuple[str, Any]] = [("status", result.status)]
     if result.failure:
         rows += [("failure", result.failure), ("why", result.failure_message)]

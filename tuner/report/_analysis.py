@@ -370,7 +370,7 @@ def _trial_time(t: TrialPoint) -> TrialTime:
 
 
 def _as_result(t: TrialPoint) -> TrialResult:
-    return TrialResult(trial_id=str(t.id), status="ok", objective=t.objective or 0.0,
+    return TrialResult(run_id=str(t.id), status="ok", objective=t.objective or 0.0,
                        headroom=t.headroom)
 
 

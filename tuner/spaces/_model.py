@@ -512,7 +512,7 @@ class SearchSpace(_Strict):
         return self.quality.gate(tuple(f"{name}={flags[name]}" for name in lossy),
                                  {name: rule.lossless for name, rule in lossy.items()})
 
-    def quality_baseline(self, lossy: TrialSpec, trial_id: str) -> TrialSpec:
+    def quality_baseline(self, lossy: TrialSpec, run_id: str) -> TrialSpec:
         """The lossless baseline a sweep measures once for ``lossy``'s quality gate: every
         knob at its default, every lossy value of those and of the fixed args at its
         lossless value — the same configuration for every lossy trial of the sweep, so
@@ -523,12 +523,12 @@ class SearchSpace(_Strict):
         assert lossy.quality is not None and lossy.quality.golden is not None
         defaults = self.defaults()
         if self.check(defaults) is None:
-            spec = self.to_trial_spec(defaults, trial_id, workload=lossy.workload,
+            spec = self.to_trial_spec(defaults, run_id, workload=lossy.workload,
                                       slo=lossy.slo)
             spec = spec.baseline() if spec.quality is not None else spec
         else:
             spec = lossy.baseline()
-        return spec.model_copy(update={"trial_id": trial_id, "quality": None,
+        return spec.model_copy(update={"run_id": run_id, "quality": None,
                                        "golden_reference": lossy.quality.golden})
 
     def check(self, params: Mapping[str, KnobValue]) -> str | None:
@@ -558,7 +558,7 @@ class SearchSpace(_Strict):
     def to_trial_spec(
         self,
         params: Mapping[str, KnobValue],
-        trial_id: str,
+        run_id: str,
         workload: Workload | str | None = None,
         slo: SLO | str | None = None,
         mode: ObjectiveMode | None = None,
@@ -579,7 +579,7 @@ class SearchSpace(_Strict):
                 f"valid: {', '.join(self.knobs)}"
             )
         return TrialSpec(
-            trial_id=trial_id,
+            run_id=run_id,
             engine=self.engine,
             model=self.model,
             knobs=dict(params),

@@ -78,7 +78,8 @@ class Proposal:
     """Why it was proposed (guided: the experiment step)."""
 
     @property
-    def trial_id(self) -> str:
+    def run_id(self) -> str:
+        """The name of its run outside a sweep (a sweep names it ``s3-t7-a1``)."""
         return f"optuna-{self.number}"
 
 
@@ -87,17 +88,17 @@ def params_key(params: Mapping[str, KnobValue]) -> str:
     return json.dumps({k: params[k] for k in sorted(params)}, sort_keys=True, default=str)
 
 
-def infeasible_result(trial_id: str, rule: str) -> TrialResult:
+def infeasible_result(run_id: str, rule: str) -> TrialResult:
     """The result of a configuration that breaks ``rule``: never booted, objective 0."""
-    return TrialResult(trial_id=trial_id, status="infeasible", objective=0.0,
+    return TrialResult(run_id=run_id, status="infeasible", objective=0.0,
                        constraints={"rule": 1.0}, violated_rule=rule,
                        failure_message=f"breaks the space's rule: {rule}")
 
 
-def unplaceable_result(trial_id: str, reason: str) -> TrialResult:
+def unplaceable_result(run_id: str, reason: str) -> TrialResult:
     """The result of a configuration no node can ever hold (more GPUs than any offers):
     never booted, objective 0, ``fits`` violated so the sampler steers away from it."""
-    return TrialResult(trial_id=trial_id, status="infeasible", objective=0.0,
+    return TrialResult(run_id=run_id, status="infeasible", objective=0.0,
                        constraints={"fits": 1.0},
                        failure_message=f"can never be placed: {reason}")
 

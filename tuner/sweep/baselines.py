@@ -113,7 +113,7 @@ class QualityBaselines(Generic[T]):
             known = _Reference(result.golden_answers, None)
         else:
             known = _Reference(None, f"the sweep's lossless baseline (trial "
-                                     f"{baseline.trial_id}) failed ({result.failure}): "
+                                     f"{baseline.run_id}) failed ({result.failure}): "
                                      f"{result.failure_message or result.violated_rule}")
         self._known[key] = known
         released = [(proposal, _with(spec, known))
@@ -122,8 +122,8 @@ class QualityBaselines(Generic[T]):
         return released
 
     def _baseline_of(self, spec: TrialSpec) -> TrialSpec:
-        trial_id = f"s{self.sweep_id}-baseline{self._count}-a1"
-        return self.space.quality_baseline(spec, trial_id)
+        run_id = f"s{self.sweep_id}-baseline{self._count}-a1"
+        return self.space.quality_baseline(spec, run_id)
 
 
 def _with(spec: TrialSpec, known: _Reference) -> TrialSpec:

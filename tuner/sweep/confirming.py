@@ -34,7 +34,7 @@ from workers.pipeline import remeasure_search
 __all__ = ["SpecBuilder", "SweepConfirmation"]
 
 SpecBuilder = Callable[..., TrialSpec]
-"""The runner's spec of (params, trial_id, **overrides), as its search trials get."""
+"""The runner's spec of (params, run_id, **overrides), as its search trials get."""
 
 
 @dataclass

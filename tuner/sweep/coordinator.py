@@ -304,7 +304,7 @@ class SweepRunner:
         def say() -> None:
             progress = self._progress(phase="search")
             self.log.trial_ended(proposal.number, proposal.params, result, progress,
-                                 best_trial=self.tally.best_number(), attempt=row.attempt)
+                                 best_number=self.tally.best_number(), attempt=row.attempt)
 
         self.recorder.add(
             lambda: stored.append(self.store.finish_trial(row.id, result, lease=self.lease)),
@@ -319,14 +319,14 @@ class SweepRunner:
     def _gpus_of(self, params: dict[str, KnobValue]) -> int:
         return replica_gpus(self.space.flags(params))
 
-    def _spec(self, params: dict[str, KnobValue], trial_id: str, **overrides: Any) -> TrialSpec:
+    def _spec(self, params: dict[str, KnobValue], run_id: str, **overrides: Any) -> TrialSpec:
         best = self.tally.best
         if self.space.mode == "capacity" and best is not None and "capacity" not in overrides:
             # The capacity search starts from the best capacity per GPU so far (the
             # objective in capacity mode), which is all it needs of the sweep.
             overrides["capacity"] = warm_search(self.space.capacity, best[0],
                                                 self._gpus_of(params))
-        return self.space.to_trial_spec(params, trial_id, **overrides)
+        return self.space.to_trial_spec(params, run_id, **overrides)
 
     def _confirm(self) -> None:
         """Re-run the top configurations (:mod:`tuner.sweep.confirming`); keep what won."""

@@ -339,7 +339,7 @@ class VirtualExecutor(TrialExecutor):
         self._futures: dict[Handle, cf.Future[TrialResult]] = {}
 
     def submit(self, spec: TrialSpec) -> Handle:
-        from workers.sim_trial import run_virtual_trial
+        from workers.virtual_trial import run_virtual_trial
 
         handle = next(self._ids)
         self._futures[handle] = self._pool.submit(run_virtual_trial, spec, per_request=False)

@@ -184,7 +184,7 @@ class LaunchQueue:
         proposal = launched.tag.proposal
         attempt = launched.tag.row.attempt + 1
         spec = launched.spec.model_copy(update={
-            "trial_id": f"s{self.sweep_id}-t{proposal.number}-a{attempt}"})
+            "run_id": f"s{self.sweep_id}-t{proposal.number}-a{attempt}"})
         row = hooks.start_trial(proposal, spec, attempt=attempt)
         self.trials.resubmit(spec, Attempt(row, proposal))
 
@@ -195,7 +195,7 @@ class LaunchQueue:
         retry = retry_as(result, run.attempt)
         if retry is not None:
             again = spec.model_copy(update={
-                "trial_id": f"s{self.sweep_id}-baseline{run.number}-a{run.attempt + 1}"})
+                "run_id": f"s{self.sweep_id}-baseline{run.number}-a{run.attempt + 1}"})
             self.trials.resubmit(again, Baseline(again, run.number, run.attempt + 1))
             return retry
         self.ready.extend(self.baselines.finished(spec, result))
@@ -206,7 +206,7 @@ class LaunchQueue:
         started = False
         for spec in self.baselines.to_start():
             number = self.baselines.next_number
-            spec = spec.model_copy(update={"trial_id": f"s{self.sweep_id}-baseline{number}-a1"})
+            spec = spec.model_copy(update={"run_id": f"s{self.sweep_id}-baseline{number}-a1"})
             never = self._never_placed(spec)
             if never is not None:  # its lossy trials learn why, and are not held forever
                 self.baselines.started(spec)
@@ -225,4 +225,4 @@ class LaunchQueue:
         """The infeasible result of a ``spec`` that can never run here (None: it can, now
         or once GPUs free up)."""
         reason = self.trials.never_placed(spec)
-        return None if reason is None else unplaceable_result(spec.trial_id, reason)
+        return None if reason is None else unplaceable_result(spec.run_id, reason)

@@ -16,6 +16,7 @@ one line, written and flushed as it happens:
 
 * ``json``: the same events, one JSON object per line (``event`` is ``trial_started``,
   ``trial_ended``, ``phase`` or ``sweep_finished``), for Loki, Fluent Bit, CloudWatch.
+  Their ``trial`` and ``best_trial`` are Optuna trial numbers (``number``), as in the text.
 
 A trial's configuration is written as its delta from the space's defaults (the knobs it
 changed; ``defaults`` when it changed none), so a night's log reads as the experiments it
@@ -68,10 +69,10 @@ class SweepLog:
 
     def trial_ended(self, sweep_id: int, number: int, delta: Mapping[str, KnobValue],
                     result: TrialResult, progress: SweepProgress | None, *,
-                    best_trial: int | None = None, attempt: int = 1,
+                    best_number: int | None = None, attempt: int = 1,
                     repeat: int | None = None, retried: bool = False) -> None:
         """``progress`` (None in confirmation) gives the best so far and the ETA,
-        ``best_trial`` the number of the trial that holds that best; ``retried``: the
+        ``best_number`` the number of the trial that holds that best; ``retried``: the
         attempt said nothing about the configuration (a lost worker) and runs again."""
         what = _which(number, attempt, repeat)
         outcome = (f"objective {result.objective:.3f}" if result.status == "ok"
@@ -81,7 +82,7 @@ class SweepLog:
         if progress is not None:
             best, eta = progress.best_objective, progress.eta_s
             parts.append("best —" if best is None
-                         else f"best {best:.3f} (trial {best_trial})")
+                         else f"best {best:.3f} (trial {best_number})")
             if progress.max_trials:
                 parts.append(f"{progress.done + progress.failed + progress.infeasible}"
                              f"/{progress.max_trials}")
@@ -94,7 +95,7 @@ class SweepLog:
                      "capacity": result.capacity, "failure": result.failure,
                      "failure_message": result.failure_message or result.violated_rule,
                      "wall_s": result.timings.total_s, "best_objective": best,
-                     "best_trial": best_trial if best is not None else None,
+                     "best_trial": best_number if best is not None else None,
                      "eta_s": eta, "retried": retried},
                     f"sweep {sweep_id} {what} {result.status}: " + " · ".join(parts))
 
@@ -144,11 +145,11 @@ class SweepEvents:
                                attempt=attempt, repeat=repeat)
 
     def trial_ended(self, number: int, params: Mapping[str, KnobValue], result: TrialResult,
-                    progress: SweepProgress | None, *, best_trial: int | None = None,
+                    progress: SweepProgress | None, *, best_number: int | None = None,
                     attempt: int = 1, repeat: int | None = None,
                     retried: bool = False) -> None:
         self.log.trial_ended(self.sweep_id, number, config_delta(params, self.defaults),
-                             result, progress, best_trial=best_trial, attempt=attempt,
+                             result, progress, best_number=best_number, attempt=attempt,
                              repeat=repeat, retried=retried)
 
     def phase(self, progress: SweepProgress) -> None:

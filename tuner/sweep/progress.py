@@ -95,6 +95,7 @@ class TwinFit(_Read):
 
     residual: float
     trials: list[str] = []
+    """The trials it was fitted to, by their ``run_id`` (``s3-t7-a1``)."""
     probes: int = 0
     fitted: list[str] = []
 

@@ -97,6 +97,7 @@ class FitReport:
     residual: float
     """RMS of the log p99 ratios (simulated vs measured) over the fitted probes."""
     trials: tuple[str, ...]
+    """The measured trials it was fitted to, by their ``run_id``."""
     probes: int
     fitted: tuple[str, ...]
     """The factors the data determined (the others kept their value)."""
@@ -150,7 +151,7 @@ class Twin:
         cached = self._cache.get(key)
         if cached is not None:
             return cached
-        from workers.sim_trial import run_virtual_trial  # the engine loads at the first ask
+        from workers.virtual_trial import run_virtual_trial  # the engine loads at the first ask
 
         started = time.process_time()
         spec = self.spec(params)
@@ -176,7 +177,7 @@ class Twin:
             found = _points(self.spec(params), result)
             if found:
                 points.extend(found)
-                trials.append(result.trial_id)
+                trials.append(result.run_id)
         if not points:
             return None
         anchor = np.array(self.start.as_log())
@@ -306,7 +307,7 @@ def _points(spec: TrialSpec, result: TrialResult) -> list[_Point]:
 def _simulated(point: _Point, calibration: RooflineCalibration
                ) -> tuple[dict[str, float], dict[str, float]]:
     """The probe re-simulated with ``calibration``: p99 ÷ target, and medians (ms)."""
-    from workers.sim_trial import engine_config, measure
+    from workers.virtual_trial import engine_config, measure
 
     workload = probe_workload(point.spec, point.rate, point.index)
     workload = workload.model_copy(update={

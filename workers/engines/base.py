@@ -237,7 +237,7 @@ class EngineAdapter(abc.ABC):
         if self.gpu_ids:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(self.gpu_ids)
         # Marks the process as this trial's, so a leak can always be traced to its trial.
-        env["SLOTUNE_TRIAL_ID"] = self.spec.trial_id
+        env["SLOTUNE_RUN_ID"] = self.spec.run_id
         return env
 
     @property

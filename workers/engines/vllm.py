@@ -202,7 +202,7 @@ class VllmEngine(EngineAdapter):
             return
         lock = BootLock(folder / "locks" / f"{self.compile_key()}.lock")
         began = time.monotonic()
-        held = await lock.acquire(timeout_s, owner=f"trial {self.spec.trial_id}",
+        held = await lock.acquire(timeout_s, owner=f"trial {self.spec.run_id}",
                                   on_wait=self.notes.append)
         waited = self.turn_wait_s = time.monotonic() - began
         if not held:
@@ -234,7 +234,7 @@ class VllmEngine(EngineAdapter):
     def _use_own_caches(self, why: str) -> None:
         self._own_caches = True
         self.notes.append(f"compile caches: {why}")
-        log.warning("trial %s: %s", self.spec.trial_id, why)
+        log.warning("trial %s: %s", self.spec.run_id, why)
 
 
 def serve_argv(model: str, flags: Mapping[str, Any], binary: str = "vllm") -> list[str]:

@@ -2,7 +2,7 @@
 
 No clock and no I/O: a driver adds requests and calls :meth:`EngineCore.step` with the
 current engine time; the step returns how long it takes and what each request produced.
-The same core runs behind the virtual-time :func:`~workers.sim.simulate.simulate` and the
+The same core runs behind the virtual-time :func:`~workers.sim.virtual_time.simulate` and the
 real-time HTTP server, so both see the same walls:
 
 * each step has a token budget (``max_num_batched_tokens``); running requests come first

@@ -39,7 +39,7 @@ def result(objective: float, *, capacity: float | None = None, rate: float = 4.0
                                 request_goodput=capacity * 0.8, ratios={"ttft": 1.4}))
     now = datetime.now(UTC)
     return TrialResult(
-        trial_id="t", status="ok", objective=objective,
+        run_id="t", status="ok", objective=objective,
         request_goodput=objective if gate else rate * 0.4, gate_passed=gate,
         constraints={"ttft": ttft / 300 - 1, "tpot": tpot / 50 - 1},
         slo_margins={"ttft": 1 - ttft / 300, "tpot": 1 - tpot / 50},

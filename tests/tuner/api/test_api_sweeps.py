@@ -84,7 +84,7 @@ async def test_repeats_and_baselines_are_rows_a_client_can_tell_apart(
         client: httpx.AsyncClient, store: Store) -> None:
     sweep = await queue(client)
     first = measure(store, sweep["id"], 0, {"max_num_seqs": 128}, 3.96)
-    spec = TrialSpec(trial_id="r", model="Qwen/Qwen2.5-7B-Instruct", knobs={"max_num_seqs": 128},
+    spec = TrialSpec(run_id="r", model="Qwen/Qwen2.5-7B-Instruct", knobs={"max_num_seqs": 128},
                      workload=Workload(name="w"), slo=SLO(ttft=300, tpot=50))
     store.record_trial(sweep["id"], role="repeat", number=0, repeat=1, repeat_of=first,
                        params={"max_num_seqs": 128}, spec=spec, result=result(3.5))

@@ -3,14 +3,16 @@ CLI runs them; Optuna's tables in the same database are never touched."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import inspect
+from sqlalchemy import inspect, text
 
 from tuner.db import migrate
 from tuner.db.errors import MigrationError, StorageUnavailable
@@ -128,10 +130,10 @@ def test_the_view_revision_fills_in_trials_stored_before_it(empty_url: str) -> N
     with Store(empty_url) as store:
         sweep = store.create_sweep(name="s", workload=Workload(name="w"), slo=SLO(ttft=300),
                                    space={}, model="m", gpu="h100-sxm", strategy="tpe")
-        spec = TrialSpec(trial_id="t", engine="vllm", model="m", workload=Workload(name="w"),
+        spec = TrialSpec(run_id="t", engine="vllm", model="m", workload=Workload(name="w"),
                          slo=SLO(ttft=300))
         trial = store.start_trial(sweep.id, number=0, params={}, spec=spec)
-        store.finish_trial(trial.id, TrialResult(trial_id="t", status="ok", objective=5.0,
+        store.finish_trial(trial.id, TrialResult(run_id="t", status="ok", objective=5.0,
                                                  headroom=0.7, engine=EngineFacts(
                                                      engine_version="0.32.0")))
     migrate.downgrade(empty_url, "0002")  # as a database migrated before this revision
@@ -158,11 +160,11 @@ def test_the_per_gpu_revision_counts_the_gpus_of_trials_stored_before_it(
                                    mode="capacity")
         ids = []
         for number, (tp, capacity) in enumerate(((4, 24.0), (1, 7.0))):
-            spec = TrialSpec(trial_id=f"t{number}", model="m", knobs={
+            spec = TrialSpec(run_id=f"t{number}", model="m", knobs={
                 "tensor_parallel_size": tp}, workload=Workload(name="w"), slo=SLO(ttft=300))
             trial = store.start_trial(sweep.id, number=number, params=spec.knobs, spec=spec)
             store.finish_trial(trial.id, TrialResult(
-                trial_id=f"t{number}", status="ok", objective=capacity, capacity=capacity))
+                run_id=f"t{number}", status="ok", objective=capacity, capacity=capacity))
             ids.append(trial.id)
     migrate.downgrade(empty_url, "0004")  # as a database migrated before this revision
     engine = make_db_engine(empty_url)
@@ -177,3 +179,53 @@ def test_the_per_gpu_revision_counts_the_gpus_of_trials_stored_before_it(
         [row] = store.best_for_workload("w")
         # 24 req/s on 4 GPUs is 6 per GPU, below 7 on one: the TP-1 trial ranks first.
         assert (row.trial_id, row.gpus, row.capacity_per_gpu) == (ids[1], 1, 7.0)
+
+
+def _stored_json(url: str, trial_id: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A trial's spec and result as stored, decoded from the row itself (no model)."""
+    engine = make_db_engine(url)
+    try:
+        with engine.connect() as conn:
+            spec, result = conn.execute(text("SELECT spec, result FROM sweep_trials "
+                                             "WHERE id = :id"), {"id": trial_id}).one()
+    finally:
+        engine.dispose()
+    decoded = [v if isinstance(v, dict) else json.loads(v) for v in (spec, result)]
+    return decoded[0], decoded[1]
+
+
+def test_the_run_id_revision_renames_the_key_of_specs_and_results_stored_before_it(
+        empty_url: str) -> None:
+    migrate.upgrade(empty_url)
+    with Store(empty_url) as store:
+        sweep = store.create_sweep(name="s", workload=Workload(name="w"), slo=SLO(ttft=300),
+                                   space={}, model="m", gpu="h100-sxm", strategy="tpe")
+        spec = TrialSpec(run_id="s1-t0-a1", engine="vllm", model="m",
+                         workload=Workload(name="w"), slo=SLO(ttft=300))
+        trial = store.start_trial(sweep.id, number=0, params={}, spec=spec)
+        store.finish_trial(trial.id, TrialResult(run_id="s1-t0-a1", status="ok",
+                                                 objective=5.0))
+        running = store.start_trial(sweep.id, number=1, params={})  # no spec, no result
+    migrate.downgrade(empty_url, "0007")  # the rows as a database before this revision
+    old_spec, old_result = _stored_json(empty_url, trial.id)
+    assert old_spec["trial_id"] == old_result["trial_id"] == "s1-t0-a1"
+    assert "run_id" not in old_spec and "run_id" not in old_result
+    # The old spelling still loads, wherever it comes from (a file written before, too).
+    assert TrialSpec.model_validate(old_spec).run_id == "s1-t0-a1"
+    assert TrialResult.model_validate(old_result).run_id == "s1-t0-a1"
+
+    migrate.upgrade(empty_url)
+    new_spec, new_result = _stored_json(empty_url, trial.id)
+    assert new_spec["run_id"] == new_result["run_id"] == "s1-t0-a1"
+    assert "trial_id" not in new_spec and "trial_id" not in new_result
+    assert {k: v for k, v in new_spec.items() if k != "run_id"} == \
+        {k: v for k, v in old_spec.items() if k != "trial_id"}  # nothing else changed
+    with Store(empty_url) as store:
+        stored = store.get_trial(trial.id)
+        assert stored.spec is not None and stored.result is not None
+        assert TrialSpec.model_validate(stored.spec) == spec
+        assert TrialResult.model_validate(stored.result).run_id == "s1-t0-a1"
+        assert (stored.status, stored.objective) == ("ok", 5.0)
+        assert store.get_trial(running.id).spec is None
+        [row] = store.best_for_workload("w")
+        assert row.trial_id == trial.id  # trial_id: still the row's id

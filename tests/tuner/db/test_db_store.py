@@ -34,7 +34,7 @@ def _sweep(store: Store, *, workload: str = "chat", slo: SLO = SLO_A, model: str
 
 
 def _ok(objective: float, **extra: Any) -> TrialResult:
-    return TrialResult(trial_id="t", status="ok", objective=objective, gate_passed=True,
+    return TrialResult(run_id="t", status="ok", objective=objective, gate_passed=True,
                        **extra)
 
 
@@ -136,7 +136,7 @@ def test_cancel_and_status_transitions(store: Store) -> None:
 
 def test_trial_lifecycle_keeps_the_whole_result(store: Store) -> None:
     sweep = _sweep(store)
-    spec = TrialSpec(trial_id="1-0", model="m-8b", knobs={"max_num_seqs": 64},
+    spec = TrialSpec(run_id="1-0", model="m-8b", knobs={"max_num_seqs": 64},
                      engine_args={"max_model_len": 4096, "max_num_seqs": 256},
                      workload=Workload(name="chat"), slo=SLO_A)
     trial = store.start_trial(sweep.id, number=0, params={"max_num_seqs": 64}, spec=spec,
@@ -156,7 +156,7 @@ def test_trial_lifecycle_keeps_the_whole_result(store: Store) -> None:
 
     failed = store.start_trial(sweep.id, number=1, params={"max_num_seqs": 4096})
     record = store.finish_trial(failed.id, TrialResult(
-        trial_id="t", status="failed", failure="oom", constraints={"fits": 1.0}))
+        run_id="t", status="failed", failure="oom", constraints={"fits": 1.0}))
     assert (record.status, record.failure_class, record.objective) == ("failed", "oom", 0.0)
 
     with pytest.raises(Conflict):
@@ -178,7 +178,7 @@ def test_a_finished_trial_keeps_the_node_its_result_names(store: Store) -> None:
     # A lost worker's result does not know where it ran: the row keeps what it had.
     lost = store.start_trial(sweep.id, number=1, params={"n": 1}, node="gpu-node-3")
     record = store.finish_trial(lost.id, TrialResult(
-        trial_id="t", status="failed", failure="worker_lost"))
+        run_id="t", status="failed", failure="worker_lost"))
     assert record.node == "gpu-node-3"
     assert {t.number: t.node for t in store.list_trials(sweep.id).data} == {
         0: "ray-node-a", 1: "gpu-node-3"}
@@ -268,7 +268,7 @@ def test_view_picks_confirmed_first_then_highest_objective(store: Store) -> None
     low = _measured(store, chat.id, 0, 10.0, {"max_num_seqs": 64})
     _measured(store, chat.id, 1, 30.0, {"max_num_seqs": 256})
     failed = store.start_trial(chat.id, number=2, params={"max_num_seqs": 4096})
-    store.finish_trial(failed.id, TrialResult(trial_id="t", status="failed", failure="oom",
+    store.finish_trial(failed.id, TrialResult(run_id="t", status="failed", failure="oom",
                                               objective=0.0))
 
     best = store.best_for_workload("chat")
@@ -288,7 +288,7 @@ def _capacity_trial(store: Store, sweep_id: int, number: int, *, tp: int,
                     capacity: float) -> int:
     """A capacity-mode trial of a TP-``tp`` configuration: objective per GPU, as run."""
     params = {"tensor_parallel_size": tp, "max_num_seqs": 64 * (number + 1)}
-    spec = TrialSpec(trial_id=f"t{number}", model="m-70b", knobs=params,
+    spec = TrialSpec(run_id=f"t{number}", model="m-70b", knobs=params,
                      workload=Workload(name="chat"), slo=SLO_A, mode="capacity")
     trial = store.start_trial(sweep_id, number=number, params=params, spec=spec)
     store.finish_trial(trial.id, _ok(capacity / tp, capacity=capacity))
@@ -313,7 +313,7 @@ def test_view_has_one_row_per_workload_model_gpu_slo(store: Store) -> None:
     _measured(store, _sweep(store, workload="rag").id, 0, 7.0)
     only_failed = _sweep(store, workload="codegen")
     trial = store.start_trial(only_failed.id, number=0, params={})
-    store.finish_trial(trial.id, TrialResult(trial_id="t", status="infeasible",
+    store.finish_trial(trial.id, TrialResult(run_id="t", status="infeasible",
                                              violated_rule="x >= y"))
 
     rows = store.best_config_per_workload()
@@ -330,11 +330,11 @@ def _run(store: Store, sweep_id: int, number: int, *, objective: float, headroom
          version: str | None = "0.32.0", params: dict[str, Any] | None = None) -> int:
     """A vLLM trial measured on engine ``version``: objective 0 means the SLO was missed."""
     params = params or {"max_num_seqs": 64 * (number + 1)}
-    spec = TrialSpec(trial_id=f"t{number}", engine="vllm", model="m-8b", knobs=params,
+    spec = TrialSpec(run_id=f"t{number}", engine="vllm", model="m-8b", knobs=params,
                      workload=Workload(name="chat"), slo=SLO_A)
     trial = store.start_trial(sweep_id, number=number, params=params, spec=spec)
     store.finish_trial(trial.id, TrialResult(
-        trial_id=f"t{number}", status="ok", objective=objective, gate_passed=objective > 0,
+        run_id=f"t{number}", status="ok", objective=objective, gate_passed=objective > 0,
         headroom=headroom, engine=EngineFacts(engine_version=version)))
     return trial.id
 
@@ -387,12 +387,12 @@ def test_view_rule_a_best_row_measured_on_an_older_engine_is_stale(store: Store)
     for i, change in enumerate(({"gpu_driver": "560.35"}, {"model_revision": "b7c1"})):
         trial = store.start_trial(new.id, number=10 + i, params={"n": str(change)})
         store.finish_trial(trial.id, TrialResult(
-            trial_id="t", status="ok", objective=1.0, headroom=0.9,
+            run_id="t", status="ok", objective=1.0, headroom=0.9,
             engine=EngineFacts(engine_version="0.33.0", **change)))
         [row] = store.best_for_workload("chat")
         assert (row.trial_id, row.stale) == (remeasured, True), change
         store.finish_trial(store.start_trial(new.id, number=20 + i, params={
-            "m": str(change)}).id, TrialResult(trial_id="t", status="ok", objective=1.0,
+            "m": str(change)}).id, TrialResult(run_id="t", status="ok", objective=1.0,
                                                engine=EngineFacts(engine_version="0.33.0")))
 
 
@@ -499,7 +499,7 @@ def test_check_schema_refuses_an_unmigrated_database(store: Store, empty_url: st
 
 
 def _spec(number: int) -> TrialSpec:
-    return TrialSpec(trial_id=f"t{number}", engine="vllm", model="m-8b",
+    return TrialSpec(run_id=f"t{number}", engine="vllm", model="m-8b",
                      knobs={"max_num_seqs": 64, "tensor_parallel_size": 2},
                      workload=Workload(name="chat"), slo=SLO_A)
 

@@ -53,7 +53,7 @@ class RecordingExecutor(TrialExecutor):
         with self._lock:
             self.submitted.append(spec)
             handle = self.inner.submit(spec)
-            sweep = spec.trial_id.split("-")[0]
+            sweep = spec.run_id.split("-")[0]
             self.in_flight[handle] = sweep
             running = Counter(self.in_flight.values())
             if self.share is not None and self.sharing_at_first_submit is None:
@@ -68,24 +68,24 @@ class RecordingExecutor(TrialExecutor):
         for handle, result in self.inner.wait(handles, timeout_s):
             with self._lock:
                 self.in_flight.pop(handle, None)
-            if self.fail_repeats and "confirm" in result.trial_id:
+            if self.fail_repeats and "confirm" in result.run_id:
                 # The search's best runs were lucky: their repeats break the SLO.
                 result = result.model_copy(update={"objective": 0.0, "gate_passed": False})
-            if self.fail_baselines and "baseline" in result.trial_id:
-                result = TrialResult(trial_id=result.trial_id, status="failed",
+            if self.fail_baselines and "baseline" in result.run_id:
+                result = TrialResult(run_id=result.run_id, status="failed",
                                      failure="oom", failure_message="CUDA out of memory")
-            if result.trial_id in self.overload:
+            if result.run_id in self.overload:
                 # What a run on an overloaded machine looks like: the client fell behind
                 # its schedule and the latencies it saw broke the gate.
-                self.overload.discard(result.trial_id)
+                self.overload.discard(result.run_id)
                 result = result.model_copy(update={
                     "objective": 0.0, "gate_passed": False,
                     "metrics": {**result.metrics, "slotune": {
                         **result.metrics["slotune"], "client_bound": True,
                         "send_lag_ms": {"p99": 180.0}}}})
-            if result.trial_id in self.lose:
-                self.lose.discard(result.trial_id)
-                result = TrialResult(trial_id=result.trial_id, status="failed",
+            if result.run_id in self.lose:
+                self.lose.discard(result.run_id)
+                result = TrialResult(run_id=result.run_id, status="failed",
                                      failure="worker_lost", failure_message="node died")
             out.append((handle, result))
         return out

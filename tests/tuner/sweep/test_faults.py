@@ -205,9 +205,9 @@ def test_a_hanging_engine_fails_its_trial_hung_within_the_silence_limit(
         tmp_path: Path) -> None:
     """SIGSTOP of the engine under a trial: alive, silent. Without the hang watchdog the
     trial waited for its requests' own timeout (10 minutes) and scored a goodput of 0."""
-    trial_id = f"hang-{uuid.uuid4().hex[:6]}"
+    run_id = f"hang-{uuid.uuid4().hex[:6]}"
     spec = TrialSpec.model_validate({
-        "trial_id": trial_id, "engine": "sim", "model": "Qwen/Qwen2.5-7B-Instruct",
+        "run_id": run_id, "engine": "sim", "model": "Qwen/Qwen2.5-7B-Instruct",
         "gpu": "rtx4090", "knobs": {"quantization": "fp8"},
         "workload": {"dataset": {"kind": "random", "input_len": 256, "output_len": 64},
                      "arrivals": {"request_rate": 4}, "num_prompts": 400},
@@ -216,7 +216,7 @@ def test_a_hanging_engine_fails_its_trial_hung_within_the_silence_limit(
     stopped: list[float] = []
 
     def stop_the_engine_once_it_serves() -> None:
-        pids = wait_for(lambda: engine_pids(trial_id), 120, "the engine to start")
+        pids = wait_for(lambda: engine_pids(run_id), 120, "the engine to start")
         wait_for(lambda: (tmp_path / "trial" / "engine.log").exists(), 60, "its log")
         time.sleep(8)  # booted and measuring
         for pid in pids:
@@ -247,7 +247,7 @@ def test_engine_log_over_its_disk_budget_is_capped_and_the_trial_scores(
     monkeypatch.setenv("SLOTUNE_ENGINE_LOG_MAX_BYTES", str(budget))
     monkeypatch.setenv("SLOTUNE_SIM_GPU", "rtx4090")
     spec = TrialSpec.model_validate({
-        "trial_id": f"noisy-{uuid.uuid4().hex[:6]}", "engine": "vllm", "model":
+        "run_id": f"noisy-{uuid.uuid4().hex[:6]}", "engine": "vllm", "model":
         "Qwen/Qwen2.5-7B-Instruct", "engine_binary": str(binary),
         "env_passthrough": ["SLOTUNE_SIM_GPU"], "knobs": {"quantization": "fp8"},
         "workload": {"dataset": {"kind": "random", "input_len": 256, "output_len": 32},
@@ -461,7 +461,7 @@ def test_a_stalled_owner_that_wakes_after_a_takeover_touches_nothing_of_its_succ
                                worker="coordinator-new")
     # The old owner wakes up: its late result is refused and dropped, its heartbeat finds
     # the lease gone, and it stops without recovering orphans of a sweep it lost.
-    late = TrialResult(trial_id="late", status="ok", objective=3.0)
+    late = TrialResult(run_id="late", status="ok", objective=3.0)
     stalled.recorder.add(lambda: store.finish_trial(mine.id, late, lease=stalled.lease))
     assert stalled.recorder.drain() and stalled.lease_lost
     assert stalled._beat() is False  # never throttled once the lease is lost

@@ -17,7 +17,7 @@ from tuner.sweep.request import resolve_space
 from workers.contracts import TrialResult, TrialSpec, Workload
 from workers.engines import adapter_for
 from workers.engines.sim import sim_options
-from workers.sim_trial import run_virtual_trial
+from workers.virtual_trial import run_virtual_trial
 
 SPACE = resolve_space("lab")
 FAST = {**SPACE.defaults(), "max_num_seqs": 128}
@@ -26,8 +26,8 @@ AT_4_RPS = Workload.model_validate(LAB_4RPS)
 """The lab traffic at 4 req/s in goodput mode: one short run a trial, configurations apart."""
 
 
-def spec(params: dict[str, Any], trial_id: str) -> TrialSpec:
-    return SPACE.to_trial_spec(params, trial_id, workload=AT_4_RPS, mode="goodput")
+def spec(params: dict[str, Any], run_id: str) -> TrialSpec:
+    return SPACE.to_trial_spec(params, run_id, workload=AT_4_RPS, mode="goodput")
 
 
 class Scripted(TrialExecutor):
@@ -43,14 +43,14 @@ class Scripted(TrialExecutor):
         self.cancelled: list[Hashable] = []
 
     def submit(self, spec: TrialSpec) -> Hashable:
-        self.submitted.append(spec.trial_id)
+        self.submitted.append(spec.run_id)
         self.seeds.add(sim_options(spec).seed)
         return self.inner.submit(spec)
 
     def wait(self, handles: list[Hashable], timeout_s: float) -> list[tuple[Hashable, TrialResult]]:
         out = []
         for handle, result in self.inner.wait(handles, timeout_s):
-            update = self.replace.pop(result.trial_id, None)
+            update = self.replace.pop(result.run_id, None)
             out.append((handle, result if update is None else TrialResult.model_validate(
                 {**result.model_dump(), **update})))
         return out
@@ -68,16 +68,16 @@ LOST = {"status": "failed", "failure": "worker_lost", "failure_message": "node d
 
 
 def test_retry_goes_by_failure_class_and_stops_after_the_last_attempt() -> None:
-    lost = TrialResult(trial_id="t", status="failed", failure="worker_lost",
+    lost = TrialResult(run_id="t", status="failed", failure="worker_lost",
                        failure_message="anything at all")
     assert retry_as(lost, 1) is lost
     assert retry_as(lost, MAX_ATTEMPTS) is None
     # A configuration's own failure stands, whatever its message says.
-    oom = TrialResult(trial_id="t", status="failed", failure="oom",
+    oom = TrialResult(run_id="t", status="failed", failure="oom",
                       failure_message="worker_lost: node died")
     assert retry_as(oom, 1) is None
     # A gate failure the load generator says it caused is discarded, then run again.
-    distorted = TrialResult(trial_id="t", status="ok", gate_passed=False, objective=0.0,
+    distorted = TrialResult(run_id="t", status="ok", gate_passed=False, objective=0.0,
                             metrics={"slotune": {"client_bound": True,
                                                  "send_lag_ms": {"p99": 90.0}}})
     recorded = retry_as(distorted, 1)
@@ -189,10 +189,10 @@ def test_a_stopped_confirmation_cancels_its_runs() -> None:
 
 def test_top_configurations_are_the_best_distinct_ok_ones() -> None:
     def result(objective: float) -> TrialResult:
-        return TrialResult(trial_id="t", status="ok", objective=objective,
+        return TrialResult(run_id="t", status="ok", objective=objective,
                            gate_passed=objective > 0)
 
-    crashed = TrialResult(trial_id="t", status="failed", failure="crashed")
+    crashed = TrialResult(run_id="t", status="failed", failure="crashed")
     results = [(SLOW, result(1.0)), (FAST, result(3.0)), (FAST, result(2.9)),
                (SLOW, result(0.0)), ({**FAST, "max_num_seqs": 64}, result(2.0)),
                ({**FAST, "max_num_seqs": 256}, crashed)]
@@ -222,9 +222,9 @@ def test_the_winner_is_the_best_lower_bound_and_noisy_repeats_are_doubted() -> N
     assert len(set(candidates[1].objectives)) > 1  # noise: the repeats differ
     assert choose(candidates) == 1
     # A lucky single high run does not beat steady ones: the spread costs its bound.
-    steady = Repeated.of([TrialResult(trial_id="s", status="ok", objective=v, headroom=0.5)
+    steady = Repeated.of([TrialResult(run_id="s", status="ok", objective=v, headroom=0.5)
                           for v in (10.0, 10.1, 9.9)])
-    lucky = Repeated.of([TrialResult(trial_id="l", status="ok", objective=v, headroom=0.5)
+    lucky = Repeated.of([TrialResult(run_id="l", status="ok", objective=v, headroom=0.5)
                          for v in (14.0, 5.0, 12.0)])
     assert lucky.mean > steady.mean and choose([lucky, steady]) == 1
     assert choose([]) is None

@@ -26,7 +26,7 @@ def row(id_: int, number: int = 0, params: dict[str, Any] | None = None) -> Tria
 
 
 def ok(objective: float, total_s: float = 10.0) -> TrialResult:
-    return TrialResult.model_validate({"trial_id": "t", "status": "ok", "objective": objective,
+    return TrialResult.model_validate({"run_id": "t", "status": "ok", "objective": objective,
                                        "timings": {"total_s": total_s}})
 
 
@@ -39,7 +39,7 @@ def test_the_tally_counts_an_improvement_only_beyond_noise() -> None:
     # Better, so the best, but within noise: the plateau goes on.
     assert tally.best == (within, 2) and tally.since_improvement == 1
     assert tally.best_number() == 5
-    tally.account(row(3), TrialResult(trial_id="t", status="failed", failure="oom"), gpus=1)
+    tally.account(row(3), TrialResult(run_id="t", status="failed", failure="oom"), gpus=1)
     assert tally.since_improvement == 2 and tally.count("failed") == 1
     tally.account(row(4), ok(20.0), gpus=1)
     assert tally.best == (20.0, 4) and tally.since_improvement == 0
@@ -120,7 +120,7 @@ def test_a_preset_proposal_is_recorded_at_once_and_never_submitted() -> None:
     share.join(1)
     queue = LaunchQueue(VirtualExecutor(1), share, SPACE, 1, max_parallel=None,
                         coordinator_id="coordinator-x")
-    known = TrialResult(trial_id="t", status="infeasible", violated_rule="a rule")
+    known = TrialResult(run_id="t", status="infeasible", violated_rule="a rule")
 
     class Presets(Hooks):
         def propose(self) -> tuple[Proposal, TrialSpec | None] | None:

@@ -18,7 +18,7 @@ from tuner.twin.factors import TwinFactors
 from tuner.twin.model import Twin
 from workers.contracts import EngineFacts, KnobValue, TrialResult
 from workers.sim.calibration import CALIBRATION_ENV, shipped_calibration
-from workers.sim_trial import run_virtual_trial
+from workers.virtual_trial import run_virtual_trial
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -30,10 +30,10 @@ def truth(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return path
 
 
-def measure(params: dict[str, KnobValue], trial_id: str = "t") -> TrialResult:
+def measure(params: dict[str, KnobValue], run_id: str = "t") -> TrialResult:
     """What "the real engine" (the simulated one, on the truth) measures."""
     space = small_space()
-    return run_virtual_trial(space.to_trial_spec(params, trial_id), per_request=False)
+    return run_virtual_trial(space.to_trial_spec(params, run_id), per_request=False)
 
 
 def test_factors_scale_their_group_of_the_prior_and_stay_in_bounds() -> None:
@@ -90,7 +90,7 @@ def drive(strategy: Any, limit: int = 30) -> list[tuple[dict[str, KnobValue], Tr
         proposal = strategy.ask()
         if proposal is None:
             break
-        result = proposal.preset or measure(proposal.params, proposal.trial_id)
+        result = proposal.preset or measure(proposal.params, proposal.run_id)
         strategy.tell(proposal, result)
         told.append((proposal.params, result))
     return told
@@ -127,7 +127,7 @@ def test_a_warm_start_from_another_engine_version_starts_afresh() -> None:
     assert strategy.twin.factors.compute == 0.5
     proposal = strategy.ask()
     assert proposal is not None
-    result = TrialResult(trial_id=proposal.trial_id, status="failed", failure="crashed",
+    result = TrialResult(run_id=proposal.run_id, status="failed", failure="crashed",
                          engine=EngineFacts(engine_version="0.32.0"))
     strategy.tell(proposal, result)
     assert strategy.twin.factors == TwinFactors()

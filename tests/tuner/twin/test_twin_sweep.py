@@ -21,7 +21,7 @@ from tuner.sweep.progress import SweepProgress
 from tuner.twin.factors import TwinFactors
 from tuner.twin.model import Twin
 from workers.sim.calibration import CALIBRATION_ENV
-from workers.sim_trial import run_virtual_trial
+from workers.virtual_trial import run_virtual_trial
 
 SLOTUNE = str(Path(sys.executable).with_name("slotune"))
 pytestmark = pytest.mark.slow

@@ -45,7 +45,7 @@ def make_spec(engine: str, **overrides: object) -> TrialSpec:
     if engine == REAL:
         return real_spec(**overrides)
     base: dict[str, object] = {
-        "trial_id": f"adapter-{uuid.uuid4().hex[:8]}", "engine": engine, "model": QWEN7B,
+        "run_id": f"adapter-{uuid.uuid4().hex[:8]}", "engine": engine, "model": QWEN7B,
         "knobs": {"max_num_seqs": 64, "enable_prefix_caching": False},
         "workload": Workload(), "slo": SLO(ttft=300),
         "gpu": "rtx4090", "timeouts": TrialTimeouts(startup_s=30),
@@ -64,7 +64,7 @@ def real_spec(**overrides: object) -> TrialSpec:
     knobs = {"max_num_seqs": 64, "enable_prefix_caching": False}
     knobs.update(overrides.pop("knobs", {}))  # type: ignore[call-overload]
     base: dict[str, object] = {
-        "trial_id": f"adapter-{uuid.uuid4().hex[:8]}", "engine": "vllm",
+        "run_id": f"adapter-{uuid.uuid4().hex[:8]}", "engine": "vllm",
         "model": realvllm.tiny_model(), "device": "cpu", "knobs": knobs,
         "engine_args": realvllm.SERVE_ARGS, "engine_binary": realvllm.vllm_binary(),
         "allowed_extra_args": realvllm.EXTRA_ARGS, "workload": Workload(), "slo": SLO(ttft=300),
@@ -106,7 +106,7 @@ class TestAdapterContract:
             assert engine.state is EngineState.CREATED
             _ready(engine, timeout=spec.timeouts.startup_s)
             assert engine.state is EngineState.READY
-            assert engine_pids(spec.trial_id)
+            assert engine_pids(spec.run_id)
             facts = engine.facts()
             assert facts.kv_cache_tokens is not None and facts.kv_cache_tokens > 10_000
             assert facts.max_concurrency is not None
@@ -118,9 +118,9 @@ class TestAdapterContract:
             assert "--no-enable-prefix-caching" in facts.argv
             engine.stop()
             assert engine.state is EngineState.STOPPED
-            assert engine_pids(spec.trial_id) == []
+            assert engine_pids(spec.run_id) == []
             engine.stop()  # idempotent
-        assert engine_pids(spec.trial_id) == []
+        assert engine_pids(spec.run_id) == []
 
     def test_refused_configuration_is_invalid_config_in_seconds(self, kind: str,
                                                               tmp_path: Path) -> None:
@@ -134,21 +134,21 @@ class TestAdapterContract:
         assert "max_num_batched_tokens (256) must be greater than or equal to max_num_seqs " \
                "(512)." in (info.value.log_tail or "")
         assert engine.state is EngineState.FAILED
-        assert engine_pids(spec.trial_id) == []
+        assert engine_pids(spec.run_id) == []
 
     def test_memory_refusal_is_oom(self, kind: str, tmp_path: Path) -> None:
         spec = make_spec(kind, knobs=NO_KV_MEMORY[kind])
         with make_engine(spec, tmp_path) as engine, pytest.raises(EngineFailure) as info:
             _ready(engine, timeout=spec.timeouts.startup_s)
         assert info.value.failure == "oom"
-        assert engine_pids(spec.trial_id) == []
+        assert engine_pids(spec.run_id) == []
 
     def test_startup_timeout_kills_the_engine(self, kind: str, tmp_path: Path) -> None:
         spec = make_spec(kind)
         with make_engine(spec, tmp_path) as engine, pytest.raises(EngineFailure) as info:
             _ready(engine, timeout=0.05)
         assert info.value.failure == "startup_timeout"
-        assert engine_pids(spec.trial_id) == []
+        assert engine_pids(spec.run_id) == []
 
     def test_unknown_arguments_are_refused_unless_declared(self, kind: str,
                                                          tmp_path: Path) -> None:

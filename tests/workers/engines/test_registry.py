@@ -46,7 +46,7 @@ class EchoEngine(EngineAdapter):
                 str(options.repeats), *flag_args(self.spec.engine_flags)]
 '''
 
-BASE = {"trial_id": "t", "model": "m", "workload": Workload(), "slo": SLO(ttft=300)}
+BASE = {"run_id": "t", "model": "m", "workload": Workload(), "slo": SLO(ttft=300)}
 
 
 @pytest.fixture

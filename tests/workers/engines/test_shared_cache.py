@@ -132,7 +132,7 @@ def test_boots_that_vllm_compiles_alike_share_a_key_and_others_do_not(tmp_path: 
     def key(**knobs: object) -> str:
         return vllm_engine(tmp_path, knobs={**base, **knobs}).compile_key()
 
-    assert key() == vllm_engine(tmp_path, knobs=base, trial_id="other").compile_key()
+    assert key() == vllm_engine(tmp_path, knobs=base, run_id="other").compile_key()
     # Arguments vLLM 0.32 leaves out of its compile hash leave the key alone...
     assert key(gpu_memory_utilization=0.5, enable_prefix_caching=True, seed=3) == key()
     # ...those it hashes move it.
@@ -158,9 +158,9 @@ async def _enter_slot(engine: VllmEngine, timeout_s: float, hold_s: float,
 
 def test_one_configuration_boots_one_at_a_time_and_others_in_parallel(
         tmp_path: Path, node_cache: Path) -> None:
-    first = vllm_engine(tmp_path / "a", trial_id="trial-a")
-    repeat = vllm_engine(tmp_path / "b", trial_id="trial-b")
-    other = vllm_engine(tmp_path / "c", trial_id="trial-c", knobs={"max_num_seqs": 8})
+    first = vllm_engine(tmp_path / "a", run_id="trial-a")
+    repeat = vllm_engine(tmp_path / "b", run_id="trial-b")
+    other = vllm_engine(tmp_path / "c", run_id="trial-c", knobs={"max_num_seqs": 8})
     spans: dict[str, list[tuple[float, float]]] = {"a": [], "b": [], "c": []}
 
     async def main() -> None:
@@ -181,8 +181,8 @@ def test_one_configuration_boots_one_at_a_time_and_others_in_parallel(
 
 def test_the_next_boot_goes_once_the_engine_core_has_compiled_not_when_the_server_is_up(
         tmp_path: Path, node_cache: Path) -> None:
-    first = vllm_engine(tmp_path / "a", trial_id="trial-a")
-    repeat = vllm_engine(tmp_path / "b", trial_id="trial-b")
+    first = vllm_engine(tmp_path / "a", run_id="trial-a")
+    repeat = vllm_engine(tmp_path / "b", run_id="trial-b")
     entered: list[str] = []
 
     async def first_boot() -> None:

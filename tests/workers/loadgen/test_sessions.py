@@ -22,7 +22,7 @@ from workers.loadgen.cli import main as bench_main
 from workers.loadgen.client import RequestRecord, RequestTimings
 from workers.loadgen.datasets import DatasetError, sample_requests
 from workers.loadgen.sessions import Conversation, group_sessions
-from workers.sim_trial import run_virtual_trial
+from workers.virtual_trial import run_virtual_trial
 
 CONVERSATIONS = MultiTurnDataset(min_turns=3, max_turns=5, system_prompt_len=48,
                                  input_len=64, output_len=24, think_time_s=0.4,
@@ -122,7 +122,7 @@ def _virtual(caching: bool, dataset: MultiTurnDataset = CONVERSATIONS,
     workload = Workload(name="chat", dataset=dataset, num_prompts=120,
                         arrivals={"request_rate": 6})
     spec = TrialSpec.model_validate({
-        "trial_id": "mt", "engine": "sim", "model": MODEL, "gpu": "rtx4090",
+        "run_id": "mt", "engine": "sim", "model": MODEL, "gpu": "rtx4090",
         "knobs": {"enable_prefix_caching": caching},
         "engine_args": {"max_model_len": max_model_len}, "workload": workload,
         "slo": SLO.parse("ttft:300,tpot:50")})
@@ -158,7 +158,7 @@ def test_a_capacity_probe_of_conversations_outlasts_its_sessions() -> None:
     workload = Workload(name="chat", dataset=CONVERSATIONS, num_prompts=30,
                         arrivals={"request_rate": 8})
     spec = TrialSpec.model_validate({
-        "trial_id": "mt", "engine": "sim", "model": MODEL, "gpu": "rtx4090",
+        "run_id": "mt", "engine": "sim", "model": MODEL, "gpu": "rtx4090",
         "engine_args": {"max_model_len": 4096}, "workload": workload, "mode": "capacity",
         "capacity": {"prompts_per_probe": 30, "max_probes": 2, "min_rate": 4,
                      "max_rate": 8},

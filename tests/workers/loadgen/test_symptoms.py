@@ -11,12 +11,12 @@ from workers.contracts import SLO, TrialSpec
 from workers.loadgen.client import RequestRecord, RequestTimings
 from workers.loadgen.runner import SendLag
 from workers.loadgen.symptoms import symptoms
-from workers.sim_trial import run_virtual_trial
+from workers.virtual_trial import run_virtual_trial
 
 
 def _spec(dataset: dict[str, Any], rate: float, **knobs: Any) -> TrialSpec:
     return TrialSpec.model_validate({
-        "trial_id": f"sym-{uuid.uuid4().hex[:6]}", "engine": "sim",
+        "run_id": f"sym-{uuid.uuid4().hex[:6]}", "engine": "sim",
         "model": "Qwen/Qwen2.5-7B-Instruct", "knobs": {"quantization": "fp8", **knobs},
         "engine_args": {"max_model_len": 8192},
         "workload": {"name": "w", "dataset": dataset, "arrivals": {"request_rate": rate},

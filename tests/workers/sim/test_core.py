@@ -14,7 +14,7 @@ from tests.workers.sim.loads import itls, pct, poisson_load, throughput, tpots, 
 from workers.sim import tokenizer
 from workers.sim.config import build_config
 from workers.sim.core import BlockPool, EngineCore, RequestRejected
-from workers.sim.simulate import SimRequestSpec, simulate
+from workers.sim.virtual_time import SimRequestSpec, simulate
 
 QWEN7B = "Qwen/Qwen2.5-7B-Instruct"
 INF = float("inf")

@@ -22,7 +22,7 @@ from workers.sim.config import add_engine_arguments, build_config, config_from_a
 from workers.sim.cost_model import HardwareSetup, RooflineCostModel, StepShape, make_cost_model
 from workers.sim.device_file import DeviceFileError
 from workers.sim.model_config import ModelConfigError, model_spec_from_config
-from workers.sim_trial import run_virtual_trial
+from workers.virtual_trial import run_virtual_trial
 
 # Mistral-7B-v0.3's config.json (the fields the simulator reads): not in the catalogue.
 MISTRAL_7B: dict[str, Any] = {
@@ -57,7 +57,7 @@ def small_trial(model: str, gpu: str, n: int = 20) -> TrialSpec:
     workload = workload.model_copy(update={
         "num_prompts": n, "warmup_requests": 0,
         "arrivals": workload.arrivals.model_copy(update={"request_rate": 2.0})})
-    return TrialSpec(trial_id="t", engine="sim", model=model, knobs={},
+    return TrialSpec(run_id="t", engine="sim", model=model, knobs={},
                      engine_args={"max_model_len": 4096}, workload=workload,
                      slo=SLO(ttft=300, tpot=50), gpu=gpu)
 

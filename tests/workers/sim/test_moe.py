@@ -15,7 +15,7 @@ from workers.sim.cost_model import HardwareSetup, StepShape, make_cost_model
 from workers.sim.data_parallel import DataParallelCore, make_core
 from workers.sim.moe import expert_load_imbalance
 from workers.sim.reference import read_reference, reference_setup, reference_shape
-from workers.sim.simulate import simulate
+from workers.sim.virtual_time import simulate
 
 MOE_REFERENCE = Path(__file__).resolve().parents[3] / "benchmarks" / "data" / (
     "vllm-moe-step-times.csv")

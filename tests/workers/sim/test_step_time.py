@@ -127,7 +127,7 @@ def test_the_command_and_the_scheduler_agree_on_the_same_shape(gpu: str,
                                                                 flags: list[str]) -> None:
     """A lone 1024-token prefill, then the first decode step of 8 equal requests."""
     from workers.sim.config import build_config
-    from workers.sim.simulate import SimRequestSpec, simulate
+    from workers.sim.virtual_time import SimRequestSpec, simulate
 
     options = dict(zip(flags[::2], flags[1::2], strict=True))
     config = build_config(LLAMA, sim_gpu=gpu, quantization=options.get("--quantization"),

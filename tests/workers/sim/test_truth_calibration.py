@@ -20,7 +20,7 @@ from workers.sim.calibration import (
 )
 from workers.sim.catalog import get_gpu, get_model
 from workers.sim.cost_model import HardwareSetup, RooflineCostModel, StepShape
-from workers.sim_trial import run_virtual_trial
+from workers.virtual_trial import run_virtual_trial
 
 SLOTUNE = str(Path(sys.executable).with_name("slotune"))
 GPU = "rtx4090"
@@ -39,7 +39,7 @@ def capacity_spec() -> TrialSpec:
     workload, _ = load_workload("lab")
     workload = workload.model_copy(update={"num_prompts": 60, "warmup_requests": 0})
     return TrialSpec.model_validate(dict(
-        trial_id="t", engine="sim", model="Qwen/Qwen2.5-7B-Instruct", knobs={},
+        run_id="t", engine="sim", model="Qwen/Qwen2.5-7B-Instruct", knobs={},
         engine_args={"max_model_len": 4096}, workload=workload, slo=SLO(ttft=300, tpot=25),
         gpu=GPU, mode="capacity",
         capacity={"min_rate": 0.5, "max_rate": 64, "max_probes": 8}))

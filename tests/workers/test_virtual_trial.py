@@ -12,7 +12,7 @@ from workers.engines import EngineFailure
 from workers.loadgen.datasets import sample_requests
 from workers.loadgen.workload_files import load_workload
 from workers.sim.config import PROFILE_SECONDS
-from workers.sim_trial import PROCESS_START_S, VirtualBackend, run_virtual_trial
+from workers.virtual_trial import PROCESS_START_S, VirtualBackend, run_virtual_trial
 
 MODEL = "Qwen/Qwen2.5-7B-Instruct"
 SLO_ = SLO(ttft=300, tpot=50)
@@ -26,7 +26,7 @@ def lab(n: int = 60, rate: float = 3.0) -> Workload:
 
 
 def spec(knobs: dict[str, Any] | None = None, **kw: Any) -> TrialSpec:
-    base: dict[str, Any] = dict(trial_id="t", engine="sim", model=MODEL,
+    base: dict[str, Any] = dict(run_id="t", engine="sim", model=MODEL,
                                 knobs=knobs or {}, engine_args={"max_model_len": 4096},
                                 workload=lab(), slo=SLO_, gpu="rtx4090")
     base.update(kw)

@@ -66,7 +66,7 @@ from workers.sim.config import (
 )
 from workers.sim.core import EngineCore, RequestRejected, SimRequest
 from workers.sim.numerics import greedy_answer
-from workers.sim.simulate import RequestTiming, SimRequestSpec, SimulationResult, simulate
+from workers.sim.virtual_time import RequestTiming, SimRequestSpec, SimulationResult, simulate
 
 __all__ = [
     "PROCESS_START_S",
