@@ -19,6 +19,11 @@ import pytest
 
 from workers.engines.shared_cache import ENGINE_CACHE_ENV
 
+try:  # pytest ≥ 9.2: structured node ids
+    from _pytest.nodeid import NodeId
+except ImportError:  # earlier: the _nodeid pytest-xdist writes is the id
+    NodeId = None  # type: ignore[assignment,misc]
+
 
 def pytest_configure(config: pytest.Config) -> None:
     worker = os.environ.get("PYTEST_XDIST_WORKER")
@@ -45,6 +50,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group("vllm"))
         elif _uses_a_module_fixture(item):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's worker sends the ids it collected
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # pytest-xdist's loadgroup tells its scheduler an item's group by appending "@group"
+    # to the item's _nodeid; pytest 9.2 reads node ids from a structured _id instead, so
+    # the scheduler never saw a group and a group's tests ran on both workers
+    # (pytest-xdist issue #1386). Carry the suffix into the id the worker sends.
+    if NodeId is None:
+        return
+    for item in session.items:
+        legacy = getattr(item, "_nodeid", None)
+        if isinstance(legacy, str) and legacy != item.nodeid:
+            item._id = NodeId.parse(legacy)
 
 
 def _uses_a_module_fixture(item: pytest.Item) -> bool:
