@@ -51,13 +51,13 @@ it falls. Run:
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import math
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -70,6 +70,11 @@ from typing import Any
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from workers.contracts import SLO, TrialSpec, TrialTimeouts, Workload  # noqa: E402
+from workers.engines import EngineAdapter, EngineFailure, make_engine  # noqa: E402
+
 DEFAULT_VLLM_BIN = ROOT / ".vllm" / "venv" / "bin" / "vllm"
 DEFAULT_MODEL = ROOT / ".vllm" / "models" / "tiny-llama"
 MEANS_TARGET = 0.05
@@ -88,12 +93,6 @@ METRICS: tuple[tuple[str, str, bool], ...] = (
     ("request_throughput", "request throughput (req/s)", True),
     ("total_input_tokens", "total input tokens", False),
 )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _kill_group(proc: subprocess.Popen[bytes], grace_s: float = 15.0) -> None:
@@ -119,34 +118,25 @@ def _tail(path: Path, lines: int = 25) -> str:
         return "(no log)"
 
 
-def _start_vllm(vllm_bin: Path, model: Path, port: int, tmp: Path) -> subprocess.Popen[bytes]:
-    argv = [str(vllm_bin), "serve", str(model), "--load-format", "dummy", "--enforce-eager",
-            "--kv-cache-memory-bytes", "268435456", "--max-model-len", "2048",
-            "--port", str(port)]
-    env = dict(os.environ, VLLM_CACHE_ROOT=str(tmp / "vllm-cache"),
-               TORCHINDUCTOR_CACHE_DIR=str(tmp / "inductor-cache"), HF_HUB_OFFLINE="1")
-    log = tmp / "vllm-serve.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + BOOT_TIMEOUT_S
+def _start_vllm(vllm_bin: Path, model: Path, tmp: Path) -> EngineAdapter:
+    """``vllm serve`` of the tiny model, booted by the vLLM adapter as a trial's engine is
+    (its argv, environment, process group and log, ``engine.log`` in ``tmp``)."""
+    spec = TrialSpec(
+        run_id="loadgen-vs-vllm-bench", engine="vllm", model=str(model), device="cpu",
+        engine_args={"load_format": "dummy", "enforce_eager": True,
+                     "kv_cache_memory_bytes": 268435456, "max_model_len": 2048},
+        allowed_extra_args=("kv_cache_memory_bytes",), engine_binary=str(vllm_bin),
+        workload=Workload(), slo=SLO(ttft=1000),
+        timeouts=TrialTimeouts(startup_s=BOOT_TIMEOUT_S))
+    # A local model: never ask the Hub (the adapter hands HF_* on to the engine).
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    engine = make_engine(spec, tmp)
     try:
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"vllm serve exited with status {proc.returncode} before "
-                                   f"/health answered; log tail:\n{_tail(log)}")
-            try:
-                if httpx.get(url + "/health", timeout=2.0).status_code == 200:
-                    return proc
-            except httpx.HTTPError:
-                pass
-            time.sleep(1.0)
-        raise RuntimeError(f"vllm serve did not answer /health within {BOOT_TIMEOUT_S:.0f} s; "
-                           f"log tail:\n{_tail(log)}")
+        asyncio.run(engine.boot(BOOT_TIMEOUT_S))
     except BaseException:
-        _kill_group(proc)
+        engine.stop()
         raise
+    return engine
 
 
 PROMPT_TOKENS = "vllm:prompt_tokens_total"
@@ -247,7 +237,6 @@ def main() -> int:
     parser.add_argument("--max-concurrency", type=int, default=4)
     parser.add_argument("--request-rate", default="inf", help="req/s or inf (default inf)")
     parser.add_argument("--repeats", type=int, default=3, help="rounds, tool order alternating")
-    parser.add_argument("--port", type=int, help="server port (default: a free one)")
     parser.add_argument("--keep-going", action="store_true",
                         help="record a failed run and carry on instead of stopping")
     parser.add_argument("--no-scrape", action="store_true",
@@ -266,11 +255,6 @@ def main() -> int:
               "SLOTUNE_VLLM_BIN).", file=sys.stderr)
         return 2
 
-    port = args.port or _free_port()
-    url = f"http://127.0.0.1:{port}"
-    print(f"{args.num_prompts} prompts x {args.input_len} in / {args.output_len} out tokens, "
-          f"request rate {args.request_rate}, max concurrency {args.max_concurrency}, "
-          f"{args.repeats} rounds; vllm serve on port {port}")
     # results[tool] = one dict per completed run: the result JSON plus the server's deltas
     results: dict[str, list[dict[str, Any]]] = {t: [] for t in TOOLS}
     ratios: dict[str, list[float]] = {key: [] for key, _, _ in METRICS}
@@ -283,12 +267,17 @@ def main() -> int:
         tmp = Path(tmp_name)
         t0 = time.monotonic()
         try:
-            proc = _start_vllm(args.vllm_bin, args.model, port, tmp)
-        except RuntimeError as exc:
-            print(exc, file=sys.stderr)
+            engine = _start_vllm(args.vllm_bin, args.model, tmp)
+        except EngineFailure as exc:
+            print(f"vllm serve did not come up ({exc.failure}): {exc.message}\n"
+                  f"{exc.log_tail or ''}", file=sys.stderr)
             return 1
+        port, url = engine.port, engine.base_url
         try:
-            print(f"vllm serve up in {time.monotonic() - t0:.0f} s")
+            print(f"{args.num_prompts} prompts x {args.input_len} in / {args.output_len} out "
+                  f"tokens, request rate {args.request_rate}, max concurrency "
+                  f"{args.max_concurrency}, {args.repeats} rounds; vllm serve on port {port}, "
+                  f"up in {time.monotonic() - t0:.0f} s")
             warm = tmp / "warmup.json"
             rc = _run_tool(_argv("slotune", args, args.model, port, 10_000, WARMUP_PROMPTS,
                                  warm), tmp / "warmup.log")
@@ -346,7 +335,7 @@ def main() -> int:
                         server_ratios[key].append(s / v if v else math.nan)
                         corrected[key].append(ratios[key][-1] / server_ratios[key][-1])
         finally:
-            _kill_group(proc)
+            engine.stop()
             if args.save_dir:
                 args.save_dir.mkdir(parents=True, exist_ok=True)
                 for f in tmp.glob("*.*"):

@@ -9,18 +9,17 @@ missing install step, not a reason to skip.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
-import signal
-import socket
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
+
+from workers.contracts import SLO, TrialSpec, TrialTimeouts, Workload
+from workers.engines import EngineFailure, make_engine
 
 ROOT = Path(__file__).resolve().parents[1]
 KV_CACHE_BYTES = 256 << 20
@@ -58,42 +57,26 @@ def tiny_moe_model() -> str:
     return path
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def serve_spec(run_id: str, max_model_len: int = 2048) -> TrialSpec:
+    """A spec of the tiny model on the CPU build: what the vLLM adapter boots for a test
+    that needs a server of its own (not a trial's)."""
+    return TrialSpec(run_id=run_id, engine="vllm", model=tiny_model(), device="cpu",
+                     engine_args={**SERVE_ARGS, "max_model_len": max_model_len},
+                     allowed_extra_args=EXTRA_ARGS, engine_binary=vllm_binary(),
+                     workload=Workload(), slo=SLO(ttft=1000),
+                     timeouts=TrialTimeouts(startup_s=STARTUP_S))
 
 
 @contextlib.contextmanager
 def serving(folder: Path, max_model_len: int = 2048) -> Iterator[str]:
-    """A real ``vllm serve`` of the tiny model on a free port, for tests that need a server
-    of their own (not a trial's); yields its base URL, kills its process group after."""
-    port = free_port()
-    argv = [vllm_binary(), "serve", tiny_model(), "--load-format", "dummy", "--enforce-eager",
-            "--kv-cache-memory-bytes", str(KV_CACHE_BYTES), "--max-model-len",
-            str(max_model_len), "--port", str(port)]
-    env = {**os.environ, "VLLM_CACHE_ROOT": str(folder / "vllm-cache"), "HF_HUB_OFFLINE": "1"}
-    log = folder / "vllm-serve.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + STARTUP_S
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"vllm serve exited with {proc.returncode}:\n"
-                            f"{log.read_text(errors='replace')[-3000:]}", pytrace=False)
-            try:
-                if httpx.get(url + "/health", timeout=2.0).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"vllm serve not healthy after {STARTUP_S:.0f} s", pytrace=False)
-            time.sleep(1.0)
-        yield url
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
+    """A real ``vllm serve`` of the tiny model, booted by the vLLM adapter as a trial's
+    would be (its argv, environment and process group); yields its base URL, stops it
+    after."""
+    spec = serve_spec(f"serving-{folder.name}", max_model_len)
+    with make_engine(spec, folder) as engine:
+        try:
+            asyncio.run(engine.boot(STARTUP_S))
+        except EngineFailure as exc:
+            pytest.fail(f"vllm serve did not come up ({exc.failure}): {exc.message}\n"
+                        f"{(exc.log_tail or '')[-3000:]}", pytrace=False)
+        yield engine.base_url

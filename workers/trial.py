@@ -171,6 +171,10 @@ class LiveBackend:
                 with contextlib.suppress(TimeoutError):
                     raise self._died(await asyncio.wait_for(
                         engine.wait_exit(), spec.timeouts.teardown_grace_s))
+                # Still shutting down (vLLM stops its engine cores one by one; slow on a
+                # busy machine): a log that already says why it failed is the verdict.
+                if (failure := self._stopped()) is not None:
+                    raise failure
         finally:
             for task in (bench, watchdog, silence):
                 task.cancel()
@@ -183,6 +187,18 @@ class LiveBackend:
         aborted = run.early_abort.reason if run.early_abort else None
         return Measured(run, score(run.records, run.duration_s, spec.slo, aborted=aborted),
                         warmup_s, max(0.0, total - warmup_s))
+
+    def _stopped(self) -> EngineFailure | None:
+        """An engine that stopped serving and has not exited yet: its failure, where its
+        log names one for certain (out of memory, a path the build does not implement);
+        None where it does not (a slow answer to /health is not a failure)."""
+        text = self.engine.log_text()
+        failure = classify_failure(text, during="measure")
+        if failure == "crashed":
+            return None
+        return EngineFailure(failure, "the engine stopped serving during measurement: "
+                             f"{self.engine.last_error_line(text)}",
+                             log_tail=self.engine.log_tail())
 
     def _died(self, exit_code: int) -> EngineFailure:
         text = self.engine.log_text()

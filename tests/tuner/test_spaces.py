@@ -376,3 +376,23 @@ def test_a_space_stored_before_engine_options_runs_as_it_did() -> None:
     space = stored_space(vllm)
     assert space.options == VllmOptions(engine_binary="/opt/vllm/bin/vllm")
     assert space.to_trial_spec(space.defaults(), "t").options == space.options
+
+
+def test_a_stored_space_runs_with_the_defaults_it_was_queued_with() -> None:
+    # Knobs without a default take their first value or low end; the stored dump (what a
+    # queued or resumed sweep runs) must not turn that into a default of None.
+    space = parse_space({**MINIMAL, "knobs": {
+        "max_num_seqs": {"type": "values", "values": [64, 256]},
+        "max_num_batched_tokens": {"type": "int", "low": 2048, "high": 8192, "step": 2048},
+        "quantization": {"type": "values", "values": [None, "fp8"], "default": None},
+    }})
+    assert space.defaults() == {"max_num_seqs": 64, "max_num_batched_tokens": 2048,
+                                "quantization": None}
+    stored = json.loads(json.dumps(space.model_dump(mode="json")))
+    assert "default" not in stored["knobs"]["max_num_seqs"]
+    assert stored["knobs"]["quantization"]["default"] is None  # null is one of its values
+    assert stored_space(stored).defaults() == space.defaults()
+    # A space stored before wrote "default": null on every knob that had none.
+    for name in ("max_num_seqs", "max_num_batched_tokens"):
+        stored["knobs"][name]["default"] = None
+    assert stored_space(stored).defaults() == space.defaults()

@@ -127,6 +127,22 @@ def test_oom_under_the_first_large_batch_is_oom_mid_run() -> None:
     assert result.timings.boot_graph_capture_s  # a failed trial keeps its boot split
 
 
+def test_an_engine_still_shutting_down_after_its_failure_is_judged_by_its_log() -> None:
+    # vLLM fails every request at once when its engine core dies, then takes its time to
+    # exit (seconds per engine core, more on a busy machine). Past the wait for it, the
+    # log already says why: the trial is that failure, not "its requests failed".
+    result = run_trial(lab_spec(
+        5.0, knobs={"quantization": "fp8", "gpu_memory_utilization": 0.97,
+                    "max_num_batched_tokens": 8192},
+        workload={**lab_spec(5.0).workload.model_dump(),
+                  "dataset": {"kind": "random", "input_len": 4000, "output_len": 16},
+                  "arrivals": {"request_rate": "inf"}},
+        timeouts={"teardown_grace_s": 0.01}))
+    assert_clean(result)
+    assert (result.status, result.failure) == ("failed", "oom"), result.failure_message
+    assert "CUDA out of memory" in (result.failure_message or "")
+
+
 def test_rejected_requests_are_benchmark_errors() -> None:
     # Every 512 + 128 token request is longer than max_model_len: 400 for each.
     result = run_trial(lab_spec(5.0, prompts=20, knobs={"max_model_len": 600}, early_abort=False))

@@ -38,9 +38,11 @@ from pydantic import (
     Field,
     PrivateAttr,
     SerializeAsAny,
+    SerializerFunctionWrapHandler,
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -106,6 +108,26 @@ class _KnobBase(_Strict):
     default: KnobValue = None
     """The engine's default (tried first). None: the knob has no default to enqueue."""
     description: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_default_is_none(cls, data: Any) -> Any:
+        # A space stored before dumps left an unset default out carries ``default: null``
+        # on every knob: that is no default, unless null is one of the knob's own values
+        # (``quantization: [null, fp8]``: the checkpoint's own weights).
+        if isinstance(data, dict) and "default" in data and data["default"] is None \
+                and None not in (data.get("values") or data.get("choices") or ()):
+            return {k: v for k, v in data.items() if k != "default"}
+        return data
+
+    @model_serializer(mode="wrap")
+    def _unset_default_left_out(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # A knob without a default takes its first value (SearchSpace.defaults): a dump
+        # that wrote the field's None would read back as a default of None.
+        data = handler(self)
+        if isinstance(data, dict) and "default" not in self.model_fields_set:
+            data.pop("default", None)
+        return data
 
 
 class IntKnob(_KnobBase):

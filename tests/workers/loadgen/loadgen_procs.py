@@ -6,18 +6,14 @@ Imported by module name (this folder has no ``__init__.py``, so pytest puts it o
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
 
 import httpx
 
+from workers.engines.process import free_port
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 TTFT_MS = 100.0
 ITL_MS = 20.0
 
