@@ -167,13 +167,16 @@ def _postgres(action: str) -> None:
 def test_postgres_restart_mid_sweep_loses_nothing(postgres_store: Store, postgres_url: str,
                                                   caplog: pytest.LogCaptureFixture) -> None:
     store, migrated_url = postgres_store, postgres_url
+    # Five times the lab's requests a trial: virtual trials take a tenth of a second,
+    # and forty of them must not all finish before the server is down.
     sweep = queue_sweep(store, SweepRequest(
-        space="lab", mode="goodput", workload=LAB_4RPS, strategy="random",
-        budget=SweepBudget(max_trials=40, confirm_top=0)))
+        space="lab", mode="goodput", workload={**LAB_4RPS, "num_prompts": 800},
+        strategy="random", budget=SweepBudget(max_trials=40, confirm_top=0)))
     thread, box = _run_in_thread(
         Coordinator(store, VirtualExecutor(2), database_url=migrated_url), sweep.id)
     wait_for(lambda: len(store.list_trials(sweep.id, status="ok").data) >= 4, 60,
               "the first results")
+    assert len(store.list_trials(sweep.id).data) < 30  # mid-sweep: most is still to come
     try:
         _postgres("stop")
         time.sleep(4)  # trials keep finishing; their results cannot be written
