@@ -16,6 +16,7 @@ from typing import Any, Literal, get_args
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     CheckConstraint,
     Column,
@@ -165,6 +166,9 @@ class Sweep(Base):
     mode: Mapped[str] = mapped_column(String(16), default="goodput")
     status: Mapped[str] = mapped_column(String(16), default="queued")
     budget: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    """What the sweep may spend and how it runs its trials (``SweepBudget``)."""
+    seed: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    """The strategy's sampler seed (Optuna's samplers take 0 … 2**32 - 1)."""
     progress: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
     owner: Mapped[str | None] = mapped_column(String(200))
     """Who submitted the sweep."""

@@ -95,6 +95,10 @@ class SweepFields(_Record):
     mode: str
     status: str
     budget: dict[str, Any]
+    """What the sweep may spend (``max_trials``, ``max_gpu_hours``, …; ``SweepBudget``)."""
+    seed: int = 0
+    """The strategy's sampler seed: the same seed, space and results propose the same
+    configurations."""
     progress: dict[str, Any]
     owner: str | None
     claimed_by: str | None

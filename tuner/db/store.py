@@ -202,6 +202,7 @@ class Store:
         strategy: str,
         mode: ObjectiveMode = "goodput",
         budget: Mapping[str, Any] | None = None,
+        seed: int = 0,
         owner: str | None = None,
         optuna_study_name: str | None = None,
         claimed_by: str | None = None,
@@ -217,12 +218,12 @@ class Store:
         """
         return _again_on_conflict(lambda: self._create_sweep(
             name=name, workload=workload, slo=slo, space=space, model=model, gpu=gpu,
-            strategy=strategy, mode=mode, budget=budget, owner=owner,
+            strategy=strategy, mode=mode, budget=budget, seed=seed, owner=owner,
             optuna_study_name=optuna_study_name, claimed_by=claimed_by, executor=executor))
 
     def _create_sweep(self, *, name: str, workload: Workload, slo: SLO,
                       space: Mapping[str, Any], model: str, gpu: str, strategy: str,
-                      mode: ObjectiveMode, budget: Mapping[str, Any] | None,
+                      mode: ObjectiveMode, budget: Mapping[str, Any] | None, seed: int,
                       owner: str | None, optuna_study_name: str | None,
                       claimed_by: str | None, executor: ExecutorChoice | None) -> SweepRecord:
         with self._session() as session:
@@ -232,7 +233,7 @@ class Store:
                 name=name, workload_id=workload_row.id, space=dict(space),
                 slo=slo.model_dump(mode="json"), slo_key=slo_key(slo), model=model, gpu=gpu,
                 strategy=strategy, mode=mode, status="queued", budget=dict(budget or {}),
-                progress={}, owner=owner, optuna_study_name=optuna_study_name,
+                seed=seed, progress={}, owner=owner, optuna_study_name=optuna_study_name,
                 created_at=now, executor=executor.model_dump() if executor else None,
             )
             if claimed_by is not None:

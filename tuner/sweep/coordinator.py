@@ -126,11 +126,9 @@ class SweepRunner:
         self.store = store
         self.sweep = sweep
         self.space: SearchSpace = stored_space(sweep.space)
-        budget = dict(sweep.budget)
-        seed = int(budget.pop("seed", 0))
-        self.budget = Budget(SweepBudget.model_validate(budget))
+        self.budget = Budget(SweepBudget.model_validate(sweep.budget))
         options = warm_start(store, sweep) if sweep.strategy == "twin" else {}
-        self.strategy: Strategy = make_strategy(sweep.strategy, self.space, seed=seed,
+        self.strategy: Strategy = make_strategy(sweep.strategy, self.space, seed=sweep.seed,
                                                 study=sweep_study(sweep, database_url),
                                                 **options)
         self.queue = LaunchQueue(executor, share, self.space, sweep.id,

@@ -158,7 +158,7 @@ def queue_sweep(store: Store, request: SweepRequest, *, claimed_by: str | None =
         workload=workload, slo=slo,
         space=space.model_dump(mode="json"),
         model=space.model, gpu=space.gpu, strategy=request.strategy, mode=space.mode,
-        budget={**request.budget.model_dump(mode="json"), "seed": request.seed},
+        budget=request.budget.model_dump(mode="json"), seed=request.seed,
         owner=request.owner, claimed_by=claimed_by, executor=executor,
     )
 

@@ -20,6 +20,7 @@ from tuner.db.models import BEST_CONFIG_VIEW, OUR_TABLES, Base
 from tuner.db.optuna_storage import create_or_load_study, optuna_storage
 from tuner.db.session import make_db_engine
 from tuner.db.store import Store
+from tuner.sweep.request import SweepBudget, SweepRequest, queue_sweep
 from workers.contracts import SLO, EngineFacts, TrialResult, TrialSpec, Workload
 
 OURS = {*OUR_TABLES, migrate.VERSION_TABLE}
@@ -229,3 +230,36 @@ def test_the_run_id_revision_renames_the_key_of_specs_and_results_stored_before_
         assert store.get_trial(running.id).spec is None
         [row] = store.best_for_workload("w")
         assert row.trial_id == trial.id  # trial_id: still the row's id
+
+
+def _stored_budget(url: str, sweep_id: int) -> dict[str, Any]:
+    engine = make_db_engine(url)
+    try:
+        with engine.connect() as conn:
+            budget = conn.execute(text("SELECT budget FROM sweeps WHERE id = :id"),
+                                  {"id": sweep_id}).scalar_one()
+    finally:
+        engine.dispose()
+    return budget if isinstance(budget, dict) else json.loads(budget)
+
+
+def test_the_seed_revision_moves_a_sweeps_seed_out_of_its_budget(empty_url: str) -> None:
+    migrate.upgrade(empty_url)
+    seeded = 2**32 - 1  # Optuna's largest seed: past a 32-bit integer column
+    with Store(empty_url) as store:
+        ids = [store.create_sweep(name=f"s{seed}", workload=Workload(name="w"),
+                                  slo=SLO(ttft=300), space={}, model="m", gpu="h100-sxm",
+                                  strategy="tpe", budget={"max_trials": 5}, seed=seed).id
+               for seed in (seeded, 0)]
+    migrate.downgrade(empty_url, "0008")  # the rows as a database before this revision
+    assert [_stored_budget(empty_url, i) for i in ids] == [
+        {"max_trials": 5, "seed": seeded}, {"max_trials": 5, "seed": 0}]
+
+    migrate.upgrade(empty_url)
+    assert [_stored_budget(empty_url, i) for i in ids] == [{"max_trials": 5}] * 2
+    with Store(empty_url) as store:
+        assert [store.get_sweep(i).seed for i in ids] == [seeded, 0]
+        # Queued as the API and the CLI queue it: the seed beside the budget, not in it.
+        queued = queue_sweep(store, SweepRequest(space="lab", seed=11,
+                                                 budget=SweepBudget(max_trials=2)))
+        assert queued.seed == 11 and "seed" not in queued.budget

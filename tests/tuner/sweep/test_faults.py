@@ -435,7 +435,7 @@ def test_a_sweep_that_cannot_start_fails_alone_and_the_next_one_runs(
     with Store(migrated_url) as raw, raw._sessions.begin() as session:
         row = session.get(Sweep, bad.id)
         assert row is not None
-        row.budget = {**row.budget, "seed": -1}
+        row.seed = -1
     good = queue_sweep(store, SweepRequest(space="lab", mode="goodput", workload=LAB_4RPS,
                                            strategy="random",
                                            budget=SweepBudget(max_trials=2, confirm_top=0)))
