@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Annotated, Any, Literal, TypeVar, get_args
+from typing import Annotated, Any, ClassVar, Literal, Self, TypeVar, get_args
 
 from pydantic import (
     AliasChoices,
@@ -42,6 +42,7 @@ __all__ = [
     "CommandCheck",
     "CustomDataset",
     "DatasetConfig",
+    "EngineChoice",
     "EngineFacts",
     "EngineOptions",
     "FailureClass",
@@ -535,6 +536,45 @@ def lift_sim_gpu(data: Any) -> Any:
     return {**data, "sim": sim, "gpu": gpu}
 
 
+class EngineChoice(_Strict):
+    """An engine and its own options: one declaration, and one check, for a trial spec and
+    for the search space that makes them (:class:`tuner.spaces.SearchSpace`)."""
+
+    owner: ClassVar[str] = "trial"
+    """How messages name what carries the choice (``trial``, ``space``)."""
+
+    engine: str = "sim"
+    """The engine adapter's kind (``sim``, ``vllm``: whatever :mod:`workers.engines`
+    registers)."""
+    options: SerializeAsAny[EngineOptions] = Field(default_factory=EngineOptions)
+    """The engine's own options, of its registered model (:mod:`workers.engine_options`):
+    the simulated engine's ``seed``/``noise``/``time_scale``/``cost_model``, vLLM's
+    ``engine_binary`` (None: the worker's ``SLOTUNE_VLLM_BIN``, else ``vllm`` on PATH).
+    Also read as spelled before and as a space file writes them: ``sim: {…}``, and
+    ``engine_binary`` at the top level."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _older_shapes(cls, data: Any) -> Any:
+        return lift_engine_options(lift_sim_gpu(data), cls.owner, "sim", cls.model_fields)
+
+    @field_validator("engine")
+    @classmethod
+    def _registered_engine(cls, value: str) -> str:
+        return engine_kind(value)
+
+    @model_validator(mode="after")
+    def _options_of_its_engine(self) -> Self:
+        options_for(self.engine, self.options, self.owner)
+        return self
+
+    def options_of(self, model: type[_Options]) -> _Options:
+        """The options as ``model``, for the adapter that reads them. Another engine's
+        choice has none of ``model``'s options: their defaults (how the simulator models
+        a vLLM spec)."""
+        return self.options if isinstance(self.options, model) else model()
+
+
 class CapacitySearch(_Strict):
     """Capacity mode: the highest request rate at which the SLO gate holds."""
 
@@ -645,16 +685,13 @@ class QualityGate(_Strict):
         return self
 
 
-class TrialSpec(_Strict):
+class TrialSpec(EngineChoice):
     """One configuration to boot, warm up, measure against the SLO and tear down."""
 
     run_id: str = Field(min_length=1, validation_alias=RUN_ID_ALIASES)
     """The name of this engine run (``s3-t7-a1``: sweep 3, Optuna trial 7, attempt 1;
     ``optuna-7`` outside a sweep): the engine's process, workdir and logs carry it. Not
     the trial's database id (``trial_id`` everywhere else)."""
-    engine: str = "sim"
-    """The engine adapter's kind (``sim``, ``vllm``: whatever :mod:`workers.engines`
-    registers)."""
     model: str = Field(min_length=1)
     knobs: dict[str, KnobValue] = Field(default_factory=dict)
     """The sampled knob values, by vLLM's argument name (``max_num_seqs``)."""
@@ -671,11 +708,6 @@ class TrialSpec(_Strict):
     """The GPU type the trial targets: the catalogue GPU (or the absolute path of the
     device file) the simulated engine models; for a real engine the space's GPU kind (a
     typed cluster maps it to its nodes' label)."""
-    options: SerializeAsAny[EngineOptions] = Field(default_factory=EngineOptions)
-    """The engine's own options, of its registered model (:mod:`workers.engine_options`):
-    the simulated engine's ``seed``/``noise``/``time_scale``/``cost_model``, vLLM's
-    ``engine_binary`` (None: the worker's ``SLOTUNE_VLLM_BIN``, else ``vllm`` on PATH).
-    Also read as spelled before: ``sim: {…}``, and ``engine_binary`` at the top level."""
     device: Device = "gpu"
     """Where the engine computes: GPUs (Ray assigns them), or the CPU (vLLM's CPU build:
     the trial reserves CPUs instead, one per tensor-parallel rank)."""
@@ -693,27 +725,6 @@ class TrialSpec(_Strict):
     """Set on a quality baseline: boot, answer these golden prompts greedily, stop — no
     load, no score (the answers are the result's ``golden_answers``, the reference of
     every lossy trial of the sweep)."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _older_shapes(cls, data: Any) -> Any:
-        return lift_engine_options(lift_sim_gpu(data), "trial", "sim", cls.model_fields)
-
-    @field_validator("engine")
-    @classmethod
-    def _registered_engine(cls, value: str) -> str:
-        return engine_kind(value)
-
-    @model_validator(mode="after")
-    def _options_of_its_engine(self) -> TrialSpec:
-        options_for(self.engine, self.options, "trial")
-        return self
-
-    def options_of(self, model: type[_Options]) -> _Options:
-        """The options as ``model``, for the adapter that reads them. A spec of another
-        engine has none of ``model``'s options: their defaults (how the simulator models
-        a vLLM spec)."""
-        return self.options if isinstance(self.options, model) else model()
 
     def for_engine(self, engine: str) -> TrialSpec:
         """This trial on another engine, with that engine's default options."""

@@ -29,7 +29,7 @@ import math
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import optuna
 from pydantic import (
@@ -37,7 +37,6 @@ from pydantic import (
     ConfigDict,
     Field,
     PrivateAttr,
-    SerializeAsAny,
     SerializerFunctionWrapHandler,
     ValidationError,
     ValidationInfo,
@@ -51,6 +50,7 @@ from workers.contracts import (
     SLO,
     CapacitySearch,
     CommandCheck,
+    EngineChoice,
     EngineOptions,
     GoldenCheck,
     KnobValue,
@@ -59,11 +59,7 @@ from workers.contracts import (
     TrialSpec,
     Workload,
     engine_flags,
-    engine_kind,
-    lift_sim_gpu,
-    options_for,
 )
-from workers.engine_options import lift_engine_options
 from workers.engines import ENGINES
 from workers.loadgen.workload_files import WorkloadError, load_workload, parse_workload
 from workers.safe_yaml import YamlInputError, load_yaml_file
@@ -307,13 +303,18 @@ class QualitySettings(_Strict):
                            command=self.command, allow_lossy=self.allow_lossy)
 
 
-class SearchSpace(_Strict):
-    """One search space: engine, model, GPU, fixed args, knobs, rules and defaults."""
+class SearchSpace(EngineChoice):
+    """One search space: engine, model, GPU, fixed args, knobs, rules and defaults.
+
+    Its ``engine`` and ``options`` are an :class:`~workers.contracts.EngineChoice`, as its
+    trials' are: a file writes the options as before, ``sim: {seed, noise, time_scale,
+    cost_model}`` for the simulated engine and ``engine_binary:`` for vLLM (or
+    ``options: {…}``, any engine)."""
+
+    owner: ClassVar[str] = "space"
 
     name: str = Field(min_length=1)
     description: str = ""
-    engine: str = "sim"
-    """The engine's kind: one :mod:`workers.engines` registers (``sim``, ``vllm``)."""
     model: str = Field(min_length=1)
     """A Hugging Face name, or a model directory: ``/abs`` (as the workers see it), or
     ``./rel`` / ``~/…`` on this machine (relative to the space file; must hold a
@@ -324,12 +325,6 @@ class SearchSpace(_Strict):
     device file of datasheet numbers (``./b200.yaml``, relative to the space file;
     stored absolute). vllm: the GPU kind the trials run on (a catalogue name or any
     label, e.g. ``b200``), or ``cpu`` for vLLM's CPU build."""
-    options: SerializeAsAny[EngineOptions] = Field(default_factory=EngineOptions)
-    """The engine's own options, of its registered model, as the trials get them
-    (:mod:`workers.engine_options`). A file writes them as before: ``sim: {seed, noise,
-    time_scale, cost_model}`` for the simulated engine, ``engine_binary:`` for vLLM (the
-    ``vllm`` executable; default: the worker's ``SLOTUNE_VLLM_BIN``, else ``vllm`` on
-    PATH); or ``options: {…}``, any engine."""
     fixed: dict[str, KnobValue] = Field(default_factory=dict)
     knobs: dict[str, Knob] = Field(min_length=1)
     constraints: tuple[str, ...] = ()
@@ -344,16 +339,6 @@ class SearchSpace(_Strict):
     quality: QualitySettings = Field(default_factory=QualitySettings)
 
     _rules: tuple[Rule, ...] = PrivateAttr(default=())
-
-    @model_validator(mode="before")
-    @classmethod
-    def _older_shapes(cls, data: Any) -> Any:
-        return lift_engine_options(lift_sim_gpu(data), "space", "sim", cls.model_fields)
-
-    @field_validator("engine")
-    @classmethod
-    def _registered_engine(cls, value: str) -> str:
-        return engine_kind(value)
 
     @field_validator("gpu")
     @classmethod
@@ -433,7 +418,6 @@ class SearchSpace(_Strict):
             raise ValueError(f"gpu {self.gpu!r}: a device file describes a GPU to the "
                              f"simulated engine; engine {self.engine} takes the GPU kind its "
                              "trials run on (a name such as b200)")
-        options_for(self.engine, self.options, "space")
         if simulated:
             try:
                 get_model(self.model)
