@@ -192,19 +192,18 @@ class LiveBackend:
         """An engine that stopped serving and has not exited yet: its failure, where its
         log names one for certain (out of memory, a path the build does not implement);
         None where it does not (a slow answer to /health is not a failure)."""
-        text = self.engine.log_text()
-        failure = classify_failure(text, during="measure")
-        if failure == "crashed":
-            return None
-        return EngineFailure(failure, "the engine stopped serving during measurement: "
-                             f"{self.engine.last_error_line(text)}",
-                             log_tail=self.engine.log_tail())
+        failure = self._from_log("the engine stopped serving during measurement")
+        return None if failure.failure == "crashed" else failure
 
     def _died(self, exit_code: int) -> EngineFailure:
+        return self._from_log(f"engine exited with code {exit_code} during measurement",
+                              exit_code=exit_code)
+
+    def _from_log(self, what: str, exit_code: int | None = None) -> EngineFailure:
+        """The failure the engine's log shows, ``what`` happened and the log's error line."""
         text = self.engine.log_text()
         return EngineFailure(classify_failure(text, during="measure"),
-                             f"engine exited with code {exit_code} during measurement: "
-                             f"{self.engine.last_error_line(text)}",
+                             f"{what}: {self.engine.last_error_line(text)}",
                              exit_code=exit_code, log_tail=self.engine.log_tail())
 
 
