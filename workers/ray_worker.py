@@ -23,7 +23,9 @@ comes from the spec:
 Which rule applies is the engine adapter's (``EngineAdapter.gpu_type``).
 
 A cluster where no node advertises any ``gpu_type:*`` resource — the embedded local Ray
-among them — gets plain ``num_gpus`` requests, as before. That is read from
+among them — gets plain ``num_gpus`` requests, as before, unless ``$SLOTUNE_GPU_TYPES``
+declares labels: then the nodes are typed even while none runs (worker groups an
+autoscaler scaled to zero), and a trial's demand names its type. That is read from
 ``ray.cluster_resources()`` once per Ray session once seen; until then it is looked at
 again at most every :data:`RECHECK_S` seconds, so typed workers that join after the
 coordinator started are still used.
@@ -245,7 +247,12 @@ def log_excerpt(path: Path, limit: int = LOG_EXCERPT_BYTES, *,
 
 
 def uses_gpu_types() -> bool:
-    """Whether any node of this Ray session advertises a ``gpu_type:*`` resource."""
+    """Whether trials ask for ``gpu_type:*`` resources: the operator declared node labels
+    in ``$SLOTUNE_GPU_TYPES``, or any node of this Ray session advertises one. Declared, it
+    holds while no typed node runs — every worker group scaled to zero — so a trial's
+    demand names its type and an autoscaler adds a node of that type, not any GPU node."""
+    if parse_gpu_types(os.environ.get(GPU_TYPES_ENV)):
+        return True
     session = ray.get_runtime_context().get_session_name()
     known = _typed_cluster.get(session)
     now = time.monotonic()

@@ -17,6 +17,7 @@ from workers.ray_worker import (
     redact_log,
     trial_options,
     trial_resources,
+    uses_gpu_types,
 )
 
 
@@ -41,6 +42,19 @@ def test_vllm_trials_ask_for_a_type_only_through_the_map(
     assert trial_resources(spec("vllm", "h100-sxm", tensor_parallel_size=2)) == \
         {"gpu_type:h100": 2.0}
     assert trial_resources(spec("vllm", "l40s")) == {}
+
+
+def test_a_declared_map_asks_for_the_type_while_no_typed_node_runs(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Worker groups scaled to zero (the Helm chart's GPU groups between sweeps): no node
+    advertises a type, yet the trial's demand must name it, or an autoscaler with several
+    GPU groups adds a node of any type and the trial runs on the wrong GPU. The operator's
+    map says the nodes are typed; no Ray needs to be asked."""
+    monkeypatch.setenv(GPU_TYPES_ENV, "h100-sxm=h100")
+    options = trial_options(spec("vllm", "h100-sxm", tensor_parallel_size=2))
+    assert options["num_gpus"] == 2 and options["resources"] == {"gpu_type:h100": 2.0}
+    assert trial_options(spec("sim", "rtx4090"))["resources"] == {"gpu_type:rtx4090": 1.0}
+    assert uses_gpu_types()
 
 
 @pytest.mark.parametrize("text", ["h100", "=h100", "h100=", "a=b,c"])

@@ -125,6 +125,11 @@ def test_what_no_node_can_ever_hold_is_named_with_its_gpu_type(
     assert later.unplaceable(tp("h100-sxm", 4)) is None
     assert later.unplaceable(tp("h100-sxm", 16)) == (
         f"needs 16 × h100-sxm; the largest node ({MAX_NODE_GPUS_ENV}) offers 8")
+    # A GPU type no running node has — a worker group scaled to zero (the Helm chart's GPU
+    # groups between sweeps) — may still come: the autoscaler adds a node for it.
+    assert later.unplaceable(tp("a100-80g", 8)) is None
+    assert later.unplaceable(tp("a100-80g", 16)) == (
+        f"needs 16 × a100-80g; the largest node ({MAX_NODE_GPUS_ENV}) offers 8")
 
 
 def test_submit_trial_runs_on_the_cluster(cluster: LocalRayCluster) -> None:

@@ -14,7 +14,8 @@ devices, TP × PP × DP: :func:`~workers.contracts.replica_gpus`) — of its GPU
 the cluster advertises types — or as many CPU cores for vLLM's CPU build. The virtual executor
 offers its ``num_gpus``; a local Ray its one node; a Ray cluster the largest node alive,
 or ``$SLOTUNE_MAX_NODE_GPUS`` where an autoscaler may add a larger node type than any
-running now (Ray does not tell a driver its autoscaler's node types). A trial bigger
+running now (Ray does not tell a driver its autoscaler's node types) — of any GPU type,
+a type no running node has included (a worker group scaled to zero). A trial bigger
 than that would wait in Ray's queue forever.
 
 * :class:`RayExecutor` — trials as Ray tasks with ``num_gpus = spec.gpus``
@@ -92,6 +93,9 @@ class Largest:
     """GPUs of each advertised type on the node offering most of it (typed clusters)."""
     where: str
     """How to say it: "the largest node", "the virtual executor (--gpus)" …"""
+    unseen_type_gpus: int = 0
+    """GPUs a type no live node advertises may still get: where an autoscaler may add a
+    node (``$SLOTUNE_MAX_NODE_GPUS`` declared), a worker group scaled to zero is not gone."""
 
     def refuses(self, spec: TrialSpec, gpu_type: str | None = None) -> str | None:
         """Why ``spec`` can never be placed here (None: it can)."""
@@ -100,7 +104,7 @@ class Largest:
                 return f"needs {spec.gpus} CPU cores on one node; {self.where} offers {self.cpus}"
             return None
         if gpu_type is not None:
-            offered = self.gpu_types.get(gpu_type, 0)
+            offered = self.gpu_types.get(gpu_type, self.unseen_type_gpus)
             if spec.gpus > offered:
                 return f"needs {spec.gpus} × {gpu_type}; {self.where} offers {offered}"
         if spec.gpus > self.gpus:
@@ -245,11 +249,14 @@ class RayExecutor(TrialExecutor):
         declared = None
         with contextlib.suppress(ValueError):  # a bad value is refused at the edge instead
             declared = declared_max_node_gpus()
+        unseen = 0
         if declared is not None and not self._local:
             gpus = max(gpus, declared)
             types = {key: max(value, gpus) for key, value in types.items()}
+            unseen = declared
             where = f"the largest node ({MAX_NODE_GPUS_ENV})"
-        largest = Largest(gpus=gpus, cpus=cpus, gpu_types=types, where=where)
+        largest = Largest(gpus=gpus, cpus=cpus, gpu_types=types, where=where,
+                          unseen_type_gpus=unseen)
         self._largest = (now, largest)
         return largest
 
