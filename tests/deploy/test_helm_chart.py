@@ -118,6 +118,14 @@ def test_every_container_is_non_root_read_only_with_requests_and_probes(
         # A read-only root: everything written goes to a volume.
         mounts = {m["mountPath"] for m in container.get("volumeMounts", [])}
         assert "/tmp" in mounts, name
+    # KubeRay's autoscaler sidecar is configured the same way through autoscalerOptions.
+    for obj in rendered[profile]:
+        if obj["kind"] in ("RayCluster", "RayJob"):
+            spec = obj["spec"].get("rayClusterSpec", obj["spec"])
+            autoscaler = spec["autoscalerOptions"]
+            assert {"cpu", "memory"} <= set(autoscaler["resources"]["requests"])
+            assert autoscaler["securityContext"]["readOnlyRootFilesystem"] is True
+            assert {"name": "tmp", "mountPath": "/tmp"} in autoscaler["volumeMounts"]
 
 
 def _gpu_groups(cluster: Obj) -> dict[str, Obj]:

@@ -74,6 +74,11 @@ autoscalerOptions:
     {{- include "slotune.containerSecurityContext" $root | nindent 4 }}
   env:
     {{- include "slotune.commonEnv" $root | nindent 4 }}
+  # Its root file system is read-only too: the head pod's /tmp (KubeRay mounts Ray's log
+  # folder, /tmp/ray, into both).
+  volumeMounts:
+    - name: tmp
+      mountPath: /tmp
 {{- end }}
 headGroupSpec:
   serviceType: ClusterIP
