@@ -56,30 +56,30 @@ def profile_values(profile: str) -> Obj:
 def render(values: Mapping[str, Any] | None = None, *, release: str = "slotune",
            namespace: str = "slotune") -> list[Obj]:
     """The chart's objects for ``values`` (on top of values.yaml), as ``helm template`` would."""
-    chart = helm_python.Chart.load(CHART)
-    try:
-        manifests = chart.render(dict(values or {}), name=release, namespace=namespace,
-                                 is_install=True)
-    except (helm_python.HelmRenderError, helm_python.HelmValuesError) as exc:
-        raise ChartRefused(str(exc)) from exc
-    finally:
-        chart.close()
+    manifests = _manifests(values, release, namespace)
     objects = []
     for path in sorted(manifests):
-        if path.endswith("NOTES.txt"):
-            continue
-        objects.extend(doc for doc in yaml.safe_load_all(manifests[path]) if doc)
+        if not path.endswith("NOTES.txt"):
+            objects.extend(doc for doc in yaml.safe_load_all(manifests[path]) if doc)
     return objects
 
 
 def notes(values: Mapping[str, Any] | None = None) -> str:
+    """What ``helm install`` prints after installing (templates/NOTES.txt)."""
+    manifests = _manifests(values, "slotune", "slotune")
+    return next(text for path, text in manifests.items() if path.endswith("NOTES.txt"))
+
+
+def _manifests(values: Mapping[str, Any] | None, release: str, namespace: str
+               ) -> dict[str, str]:
     chart = helm_python.Chart.load(CHART)
     try:
-        manifests = chart.render(dict(values or {}), name="slotune", namespace="slotune",
-                                 is_install=True)
+        return chart.render(dict(values or {}), name=release, namespace=namespace,
+                            is_install=True)
+    except (helm_python.HelmRenderError, helm_python.HelmValuesError) as exc:
+        raise ChartRefused(str(exc)) from exc
     finally:
         chart.close()
-    return next(text for path, text in manifests.items() if path.endswith("NOTES.txt"))
 
 
 def one(objects: list[Obj], kind: str, name: str | None = None) -> Obj:

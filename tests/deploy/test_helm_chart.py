@@ -30,7 +30,7 @@ from tests.deploy.chart import (
     profile_values,
     render,
 )
-from workers.contracts import SLO, TrialSpec
+from workers.contracts import SLO, TrialSpec, Workload
 from workers.ray_worker import GPU_TYPES_ENV, parse_gpu_types, trial_resources
 
 KINDS = {
@@ -140,12 +140,9 @@ def _advertised(group: Obj) -> dict[str, float]:
 
 
 def _spec(engine: str, gpu: str, tp: int = 1) -> TrialSpec:
-    return TrialSpec.model_validate({
-        "run_id": "chart", "engine": engine, "model": "Qwen/Qwen2.5-7B-Instruct", "gpu": gpu,
-        "knobs": {}, "engine_args": {"tensor_parallel_size": tp},
-        "workload": {"name": "w", "dataset": {"kind": "random", "input_len": 8,
-                                              "output_len": 8}, "num_prompts": 1},
-        "slo": SLO.parse("ttft:100")})
+    return TrialSpec(run_id="chart", engine=engine, model="Qwen/Qwen2.5-7B-Instruct",
+                     knobs={"tensor_parallel_size": tp}, workload=Workload(),
+                     slo=SLO(ttft=300), gpu=gpu)
 
 
 def test_gpu_workers_advertise_what_a_trial_asks_for(rendered: dict[str, list[Obj]]) -> None:
