@@ -40,6 +40,7 @@ from tuner.sweep.request import REQUEST_ERRORS, SweepBudget, SweepRequest, queue
 from workers.contracts import SLO
 from workers.engines import ENGINES
 from workers.engines.vllm import vllm_command
+from workers.trust import Trust
 
 __all__ = ["best_command", "coordinator_command", "sweep_app"]
 
@@ -88,6 +89,12 @@ def reason(exc: Exception) -> str:
             f"{'.'.join(str(p) for p in e['loc']) or 'request'}: "
             f"{e['msg'].removeprefix('Value error, ')}" for e in exc.errors())
     return " ".join(str(exc).split())
+
+
+def _operator() -> Trust:
+    """The CLI's trust: the user's own machine, so any path, and the operator's
+    registered names too (:mod:`workers.trust`)."""
+    return get_settings().trust.for_operator()
 
 
 def _store(database_url: str | None, *, migrate: bool = False) -> tuple[Any, str]:
@@ -347,7 +354,7 @@ def run(
     except REQUEST_ERRORS as exc:
         raise _fail(reason(exc), 2) from None
     try:
-        resolved_space = resolve(request)[0]  # refuse a bad request before any database
+        resolved_space = resolve(request, _operator())[0]  # refused before any database
     except REQUEST_ERRORS as exc:
         raise _fail(reason(exc), 2) from None
     if executor == "virtual" and not ENGINES[resolved_space.engine].simulated:
@@ -365,7 +372,8 @@ def run(
         _check_placement(resolved_space, runner, strict=strict)
         me = new_coordinator_id()
         try:
-            sweep = queue_sweep(store, request, claimed_by=me, executor=runner.choice())
+            sweep = queue_sweep(store, request, claimed_by=me, executor=runner.choice(),
+                                trust=_operator())
         except REQUEST_ERRORS as exc:
             raise _fail(reason(exc), 2) from None
         console = make_console()
@@ -434,12 +442,12 @@ def submit(
                                budget=SweepBudget(max_trials=trials))
         cluster = declared_cluster()
         if cluster is not None:
-            _check_placement(resolve(request)[0], cluster, strict=strict)
+            _check_placement(resolve(request, _operator())[0], cluster, strict=strict)
     except REQUEST_ERRORS as exc:  # a bad request, or SLOTUNE_MAX_NODE_GPUS
         raise _fail(reason(exc), 2) from None
     store, _ = _store(database_url)
     try:
-        sweep = queue_sweep(store, request)
+        sweep = queue_sweep(store, request, trust=_operator())
     except REQUEST_ERRORS as exc:
         raise _fail(reason(exc), 2) from None
     print(sweep.id)

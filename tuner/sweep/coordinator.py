@@ -62,7 +62,7 @@ from tuner.sweep.card_sync import sync_cards
 from tuner.sweep.confirming import SweepConfirmation
 from tuner.sweep.executors import ExecutorLost, TrialExecutor
 from tuner.sweep.launch_queue import Attempt, Baseline, LaunchQueue
-from tuner.sweep.launcher import GpuShare, Launched, TrialLauncher, retry_as
+from tuner.sweep.launcher import GpuShare, InputFailure, Launched, TrialLauncher, retry_as
 from tuner.sweep.log import SweepEvents, SweepLog
 from tuner.sweep.progress import Phase, SweepProgress, sweep_progress
 from tuner.sweep.recorder import HEARTBEAT_S, TRANSIENT_STORAGE_ERRORS, SweepRecorder
@@ -174,6 +174,13 @@ class SweepRunner:
             return final
         except LeaseLost as exc:
             self.recorder.fenced_out(exc)
+            return self.store.get_sweep(self.sweep.id)
+        except InputFailure as exc:
+            # Not this coordinator's fault, nor a configuration's: stopped, with the file's
+            # one line, its trials lost, to run again once the file is fixed (resume).
+            if not self.lease_lost:
+                self._abandon(f"input error: {str(exc)[:400]}; fix the file, then resume "
+                              "the sweep")
             return self.store.get_sweep(self.sweep.id)
         except ExecutorLost as exc:
             if not self.lease_lost:

@@ -341,3 +341,41 @@ def test_a_killed_virtual_sweep_resumes_virtual_without_being_told(
             "before") in run.stdout
     assert "ray" not in (run.stdout + run.stderr).lower()  # no Ray was started
     assert_survived(store, postgres_url, sweep_id, trials=4)
+
+
+# --- a bad file that reaches a worker ---------------------------------------------------
+
+_TRACE_LINE = '{"timestamp": %d, "input_length": 600, "output_length": 16, "hash_ids": [0, 1]}\n'
+
+
+@pytest.mark.parametrize("executor", ["virtual", "ray"])
+def test_a_bad_file_that_reaches_a_worker_stops_the_sweep_with_its_line(
+        executor: str, postgres_store: Store, postgres_url: str, tmp_path: Path) -> None:
+    """The trace was good when the sweep was submitted (the submit checks it) and broken
+    before a worker read it: an input error, not a lost worker — no retry, no traceback,
+    the sweep stopped with the file's line and field, its trials left to run again once
+    the file is fixed (``sweep resume``)."""
+    store = postgres_store
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(_TRACE_LINE % (250 * i) for i in range(200)))
+    workload = tmp_path / "trace.yaml"
+    workload.write_text("name: chaos-trace\ndataset: {kind: mooncake_trace, path: trace.jsonl}"
+                        "\nnum_prompts: 40\nseed: 0\n")
+    sweep_id = submit(postgres_url, workload, trials=4)
+    trace.write_text(_TRACE_LINE % 0 + '{"timestamp": 250, "input_length": -3, '
+                     '"output_length": 16, "hash_ids": []}\n' + _TRACE_LINE % 500)
+    served = subprocess.run(
+        [SLOTUNE, "coordinator", "--executor", executor, "--once", "--poll", "0.5",
+         "--database-url", postgres_url],
+        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    output = served.stdout + served.stderr
+    assert served.returncode == 0, output[-3000:]
+    assert "Traceback" not in output and "Exception in thread" not in output, output[-3000:]
+    sweep = store.get_sweep(sweep_id)
+    assert sweep.status == "failed", sweep.stop_reason
+    reason = sweep.stop_reason or ""
+    assert "line 2: field 'input_length'" in reason and "\n" not in reason, reason
+    rows = store.list_trials(sweep_id).data
+    assert rows and all(t.attempt == 1 for t in rows), [(t.number, t.attempt) for t in rows]
+    assert not [t for t in rows if t.status in ("running", "pending")]
+    assert not [t for t in rows if t.status == "ok"]  # nothing was measured on the bad file
