@@ -179,8 +179,9 @@ class SweepRunner:
             # Not this coordinator's fault, nor a configuration's: stopped, with the file's
             # one line, its trials lost, to run again once the file is fixed (resume).
             if not self.lease_lost:
-                self._abandon(f"input error: {str(exc)[:400]}; fix the file, then resume "
-                              "the sweep")
+                reason = f"input error: {str(exc)[:400]}; fix the file, then resume the sweep"
+                log.error("sweep %s stopped: %s", self.sweep.id, reason)
+                self._abandon(reason)
             return self.store.get_sweep(self.sweep.id)
         except ExecutorLost as exc:
             if not self.lease_lost:
