@@ -31,7 +31,7 @@ from tuner.cli.output import make_console
 from tuner.db.errors import Conflict, NotFound, StorageError, exit_code
 from tuner.db.records import BestConfig, SweepRecord
 from tuner.planning.answer import sweep_answer
-from tuner.settings import default_data_dir, get_settings, redact_url
+from tuner.settings import database_digest, default_data_dir, get_settings, redact_url
 from tuner.strategies import DEFAULT_STRATEGY
 from tuner.sweep.executors import ExecutorLost
 from tuner.sweep.log import LOG_FORMATS, SweepLog
@@ -289,7 +289,9 @@ def _write_report(store: Any, sweep_id: int, directory: Path | None) -> Path:
     """The report's HTML path; :class:`ReportPathError` where it cannot go."""
     from tuner.report import write_report
 
-    target = directory or default_data_dir() / "reports" / f"sweep-{sweep_id}"
+    # By default under the database's digest: two databases' sweep 1 are two reports.
+    target = directory or (default_data_dir() / "reports" / f"db-{database_digest(store.url)}"
+                           / f"sweep-{sweep_id}")
     html, _ = write_report(store, sweep_id, target)
     return Path(html)
 

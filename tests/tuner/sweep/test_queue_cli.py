@@ -19,10 +19,10 @@ pytestmark = pytest.mark.slow
 SLOTUNE = str(Path(sys.executable).with_name("slotune"))
 
 
-def slotune(*args: str, env: dict[str, str] | None = None
+def slotune(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None
             ) -> subprocess.CompletedProcess[str]:
     return subprocess.run([SLOTUNE, *args], capture_output=True, text=True, timeout=300,
-                          stdin=subprocess.DEVNULL, env=env)
+                          stdin=subprocess.DEVNULL, env=env, cwd=cwd)
 
 
 def test_submit_then_the_coordinator_runs_it_and_the_cli_reads_it_back(
@@ -119,3 +119,31 @@ def test_one_error_exits_the_same_way_from_every_command(
     for args in (["sweep", "status"], ["best"], ["db", "upgrade"]):
         code, line = refused(*args, url=away)
         assert code == 1 and "unavailable" in line and "hunter2" not in line, (args, line)
+
+
+def test_two_databases_sweep_1_reports_land_in_their_own_folders(tmp_path: Path) -> None:
+    """Issue 38: the default report folder was the sweep number only, so one database's
+    sweep 1 overwrote another's. It carries a short digest of the database now, and no
+    line names the database's URL."""
+    from tests.tuner.sweep_data import populate_finished_sweep
+    from tuner.db import migrate
+
+    env = {**os.environ, "SLOTUNE_HOME": str(tmp_path / "home")}
+    paths = []
+    for name in ("lab-a", "lab-b"):
+        url = f"sqlite:///{tmp_path / name / 'secret-name.db'}"
+        migrate.upgrade(url)
+        with Store(url) as store:
+            sweep_id = populate_finished_sweep(store).sweep_id
+        assert sweep_id == 1
+        run = slotune("sweep", "report", "1", "--database-url", url, env=env)
+        assert run.returncode == 0, run.stderr
+        assert "secret-name" not in run.stdout + run.stderr and name not in run.stdout
+        paths.append(Path(run.stdout.strip()))
+    assert paths[0] != paths[1] and all(p.is_file() for p in paths)
+    assert all(p.is_relative_to(tmp_path / "home" / "reports") for p in paths)
+    # The same database (here by a relative spelling of its path) keeps its folder.
+    again = slotune("sweep", "report", "1", "--database-url",
+                    "sqlite:///lab-b/secret-name.db", env=env, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert Path(again.stdout.strip()) == paths[1]
