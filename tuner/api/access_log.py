@@ -47,10 +47,11 @@ class RedactQuerySecrets(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args
-        if isinstance(args, tuple) and len(args) > _PATH_ARG \
-                and isinstance(args[_PATH_ARG], str):
-            record.args = (*args[:_PATH_ARG], redact_query_secrets(args[_PATH_ARG]),
-                           *args[_PATH_ARG + 1:])
+        if isinstance(args, tuple) and len(args) > _PATH_ARG:
+            path = args[_PATH_ARG]
+            if isinstance(path, str):
+                record.args = (*args[:_PATH_ARG], redact_query_secrets(path),
+                               *args[_PATH_ARG + 1:])
         return True
 
 
