@@ -27,7 +27,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from tuner.cli.output import make_console
+from tuner.cli.output import make_console, spreadsheet_cell
 from tuner.db.errors import Conflict, NotFound, StorageError, exit_code
 from tuner.db.records import BestConfig, SweepRecord
 from tuner.planning.answer import sweep_answer
@@ -158,6 +158,16 @@ def slo_text(stored: str) -> str:
 _BEST_FIELDS = ("workload", "model", "gpu", "slo", "objective", "capacity", "gpus",
                 "capacity_per_gpu", "confirmed",
                 "repeats", "engine", "engine_version", "stale", "trial_id", "measured_at")
+
+
+def _tsv_cell(value: Any) -> str:
+    """A stored value as a cell of ``best --output tsv``: numbers as they are (a negative
+    one is a number, not a formula), text made inert (:func:`spreadsheet_cell`)."""
+    if value is None:
+        return ""
+    if isinstance(value, int | float):
+        return str(value)
+    return spreadsheet_cell(value if isinstance(value, str) else json.dumps(value))
 
 
 def _best_table(rows: list[BestConfig], title: str) -> Table:
@@ -627,8 +637,8 @@ def best_command(
         print("\t".join((*_BEST_FIELDS, "vllm_command")))
         for r, command in zip(rows, commands, strict=True):
             values = r.model_dump(mode="json")
-            print("\t".join([*("" if values[f] is None else str(values[f])
-                                for f in _BEST_FIELDS), command]))
+            print("\t".join([*(_tsv_cell(values[f]) for f in _BEST_FIELDS),
+                             spreadsheet_cell(command)]))
         return
     console = make_console()
     console.print(_best_table(rows, "best configuration per workload"))

@@ -147,3 +147,36 @@ def test_two_databases_sweep_1_reports_land_in_their_own_folders(tmp_path: Path)
                     "sqlite:///lab-b/secret-name.db", env=env, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert Path(again.stdout.strip()) == paths[1]
+
+
+def test_best_as_tsv_never_starts_a_cell_a_spreadsheet_would_evaluate(
+        store: Store, migrated_url: str) -> None:
+    """Issue 38: a workload named ``=HYPERLINK(…)`` came out first in its cell, where a
+    spreadsheet evaluates it. Cells that begin with ``= + - @``, a tab or a CR get a
+    leading quote (OWASP's CSV-injection advice); a tab or line break inside a value
+    would split the row, so it becomes a space."""
+    from workers.contracts import TrialResult
+
+    names = ['=HYPERLINK("http://evil.example/","open")', "@SUM(A1:A9)", "+1+2", "-1+2",
+             "\tleading-tab", "\rleading-cr", "inner\ttab\nline"]
+    for name in names:
+        workload = {**LAB_4RPS, "name": name}
+        sweep = queue_sweep(store, SweepRequest(space="lab", mode="goodput", workload=workload,
+                                                budget=SweepBudget(max_trials=1)),
+                            claimed_by="coordinator-tsv")
+        trial = store.start_trial(sweep.id, number=0, params={"max_num_seqs": 64},
+                                  lease=sweep.lease)
+        store.finish_trial(trial.id, TrialResult(run_id="t0", status="ok", objective=1.5,
+                                                 gate_passed=True), lease=sweep.lease)
+    run = slotune("best", "--output", "tsv", "--database-url", migrated_url)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.split("\n")[:-1]
+    header = lines[0].split("\t")
+    rows = [line.split("\t") for line in lines[1:]]
+    assert len(rows) == len(names) and all(len(r) == len(header) for r in rows)
+    for row in rows:
+        for cell in row:
+            assert cell[:1] not in ("=", "+", "-", "@", "\t", "\r"), row
+    workloads = {r[header.index("workload")] for r in rows}
+    assert workloads == {"'" + names[0], "'@SUM(A1:A9)", "'+1+2", "'-1+2", "' leading-tab",
+                         "' leading-cr", "inner tab line"}
