@@ -352,3 +352,32 @@ def test_a_missing_device_file_or_unknown_gpu_is_refused(tmp_path: Path) -> None
         get_gpu(str(tmp_path / "nope.yaml"))
     with pytest.raises(UnknownCatalogEntry, match="device file"):
         get_gpu("b200")
+
+
+@pytest.mark.parametrize(("config", "says"), [
+    ({**QWEN2_MOE, "num_experts": 0}, "num_experts must be a positive integer, got 0"),
+    ({**MISTRAL_7B, "model_type": "mixtral", "num_local_experts": 0, "num_experts_per_tok": 2},
+     "num_local_experts must be a positive integer, got 0"),
+    ({**MISTRAL_7B, "num_experts": 0}, "num_experts must be a positive integer, got 0"),
+    ({**QWEN2_MOE, "num_experts": "60"}, "num_experts must be a positive integer, got '60'"),
+    ({**MISTRAL_7B, "torch_dtype": "int3"},
+     "torch_dtype 'int3' is not a dtype vLLM serves; valid: bfloat16, float16, float32"),
+    ({**MISTRAL_7B, "torch_dtype": None, "dtype": "int3"}, "dtype 'int3'"),
+    ({**MISTRAL_7B, "torch_dtype": 16}, "torch_dtype 16 is not a dtype"),
+])
+def test_an_impossible_expert_count_or_dtype_is_refused_naming_the_field(
+        tmp_path: Path, config: dict[str, Any], says: str) -> None:
+    """Issue 38: ``num_experts: 0`` (a MoE model without experts, priced as dense) and
+    ``torch_dtype: int3`` were accepted silently."""
+    directory = model_dir(tmp_path, config)
+    with pytest.raises(ModelConfigError, match=re.escape(says)) as info:
+        get_model(str(directory))
+    assert "config.json" in str(info.value)
+
+
+def test_the_dtypes_of_published_configs_are_accepted(tmp_path: Path) -> None:
+    for i, dtype in enumerate(("bfloat16", "float16", "float32", "half", "float")):
+        assert get_model(str(model_dir(tmp_path, {**MISTRAL_7B, "torch_dtype": dtype},
+                                       f"m{i}"))).hidden_size == 4096
+    assert get_model(str(model_dir(tmp_path, {**MISTRAL_7B, "torch_dtype": None,
+                                              "dtype": "bfloat16"}, "v5"))).hidden_size == 4096
