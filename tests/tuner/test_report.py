@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from html import escape
 from datetime import UTC, datetime
+from html import escape
 from pathlib import Path
 from typing import Any
 

@@ -381,3 +381,27 @@ def test_the_dtypes_of_published_configs_are_accepted(tmp_path: Path) -> None:
                                        f"m{i}"))).hidden_size == 4096
     assert get_model(str(model_dir(tmp_path, {**MISTRAL_7B, "torch_dtype": None,
                                               "dtype": "bfloat16"}, "v5"))).hidden_size == 4096
+
+
+@pytest.mark.parametrize(("change", "fragment"), [
+    ({"memory_gib": 1e8}, "memory_gib must be at most 16384"),
+    ({"memory_gib": None, "memory_bytes": 10**30}, "memory_bytes must be at most"),
+    ({"memory_gib": 0.01}, "memory_gib must be at least 0.5"),
+    ({"bf16_tflops": 1e9}, "bf16_tflops must be at most 100000"),
+    ({"fp8_tflops": 1e12}, "fp8_tflops must be at most 200000"),
+    ({"memory_bandwidth_gbps": 1e9}, "memory_bandwidth_gbps must be at most 100000"),
+    ({"interconnect_gbps": 1e9}, "interconnect_gbps must be at most 100000"),
+    ({"interconnect_latency_us": 1e12}, "interconnect_latency_us must be at most 100000"),
+])
+def test_datasheet_numbers_out_of_any_gpus_range_are_refused(
+        tmp_path: Path, change: dict[str, Any], fragment: str) -> None:
+    """Issue 38: ``memory_gib: 1e8`` was accepted and the engine ended in a bare
+    MemoryError; each number is bounded, and the message says the range and the unit."""
+    path = device_file(tmp_path, {**B200, **change})
+    with pytest.raises(DeviceFileError, match=re.escape(fragment)) as info:
+        get_gpu(str(path))
+    assert "got " in str(info.value)
+    # A trial on it is a configuration the engine refuses, with the same sentence.
+    result = run_virtual_trial(small_trial("Qwen/Qwen2.5-7B-Instruct", str(path)))
+    assert (result.status, result.failure) == ("failed", "invalid_config")
+    assert fragment in (result.failure_message or "")
