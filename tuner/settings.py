@@ -9,6 +9,7 @@ database URLs go through :func:`redact_url` before they are shown anywhere.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from collections.abc import Iterator, Mapping
@@ -53,6 +54,7 @@ __all__ = [
     "RaySettings",
     "Settings",
     "TrustSettings",
+    "database_digest",
     "default_data_dir",
     "get_settings",
     "gpu_price_table",
@@ -100,6 +102,26 @@ def redact_url(url: object) -> str:
         return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", text)
     shown = parsed.render_as_string(hide_password=True)
     return _SECRET_QUERY.sub(r"\1***", shown)
+
+
+def database_digest(url: str) -> str:
+    """A short, stable name for the database at ``url`` that says nothing of it: the
+    first 12 hex digits of the SHA-256 of its redacted URL (password gone; the driver,
+    ``postgres://`` or ``postgresql+psycopg://``, as the engine sees it; a SQLite file by
+    its absolute path, so two spellings of one file agree). For what one database owns
+    on disk beside others' (its reports)."""
+    text = redact_url(url)
+    try:
+        parsed = make_url(normalize_database_url(url))
+    except ValueError:
+        pass
+    else:
+        database = parsed.database
+        if (parsed.get_backend_name() == "sqlite" and database and database != ":memory:"
+                and not database.startswith("file:")):
+            parsed = parsed.set(database=os.path.abspath(os.path.expanduser(database)))
+        text = redact_url(parsed.render_as_string(hide_password=False))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 class DatabaseSettings(BaseSettings):

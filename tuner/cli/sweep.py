@@ -27,11 +27,11 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from tuner.cli.output import make_console
+from tuner.cli.output import make_console, spreadsheet_cell
 from tuner.db.errors import Conflict, NotFound, StorageError, exit_code
 from tuner.db.records import BestConfig, SweepRecord
 from tuner.planning.answer import sweep_answer
-from tuner.settings import default_data_dir, get_settings, redact_url
+from tuner.settings import database_digest, default_data_dir, get_settings, redact_url
 from tuner.strategies import DEFAULT_STRATEGY
 from tuner.sweep.executors import ExecutorLost
 from tuner.sweep.log import LOG_FORMATS, SweepLog
@@ -167,6 +167,16 @@ _BEST_FIELDS = ("workload", "model", "gpu", "slo", "objective", "capacity", "gpu
                 "repeats", "engine", "engine_version", "stale", "trial_id", "measured_at")
 
 
+def _tsv_cell(value: Any) -> str:
+    """A stored value as a cell of ``best --output tsv``: numbers as they are (a negative
+    one is a number, not a formula), text made inert (:func:`spreadsheet_cell`)."""
+    if value is None:
+        return ""
+    if isinstance(value, int | float):
+        return str(value)
+    return spreadsheet_cell(value if isinstance(value, str) else json.dumps(value))
+
+
 def _best_table(rows: list[BestConfig], title: str) -> Table:
     table = Table(title=title)
     for col in ("workload", "model", "GPU", "SLO", "objective", "capacity (req/s)",
@@ -296,7 +306,9 @@ def _write_report(store: Any, sweep_id: int, directory: Path | None) -> Path:
     """The report's HTML path; :class:`ReportPathError` where it cannot go."""
     from tuner.report import write_report
 
-    target = directory or default_data_dir() / "reports" / f"sweep-{sweep_id}"
+    # By default under the database's digest: two databases' sweep 1 are two reports.
+    target = directory or (default_data_dir() / "reports" / f"db-{database_digest(store.url)}"
+                           / f"sweep-{sweep_id}")
     html, _ = write_report(store, sweep_id, target)
     return Path(html)
 
@@ -633,8 +645,8 @@ def best_command(
         print("\t".join((*_BEST_FIELDS, "vllm_command")))
         for r, command in zip(rows, commands, strict=True):
             values = r.model_dump(mode="json")
-            print("\t".join([*("" if values[f] is None else str(values[f])
-                                for f in _BEST_FIELDS), command]))
+            print("\t".join([*(_tsv_cell(values[f]) for f in _BEST_FIELDS),
+                             spreadsheet_cell(command)]))
         return
     console = make_console()
     console.print(_best_table(rows, "best configuration per workload"))

@@ -195,7 +195,8 @@ class Sweep(Base):
     claimed_by: Mapped[str | None] = mapped_column(String(200))
     """The coordinator running it."""
     heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    """Last sign of life of ``claimed_by``; a stale one lets another coordinator take over."""
+    """Last sign of life of ``claimed_by``; one that another coordinator has watched stand
+    still for the stale window lets it take over (:mod:`tuner.db.lease_watch`)."""
     lease_epoch: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     """How many times the sweep was claimed; the current holder's writes carry this value
     (a :class:`~tuner.db.records.Lease`) and are refused once a later claim raised it."""

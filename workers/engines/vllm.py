@@ -49,6 +49,7 @@ from workers.engines.base import EngineAdapter, flag_args
 from workers.engines.shared_cache import (
     LOCK_POLL_S,
     BootLock,
+    BootLockUnusable,
     SharedCacheUnusable,
     boot_key,
     engine_cache_dir,
@@ -210,8 +211,13 @@ class VllmEngine(EngineAdapter):
             return
         lock = BootLock(folder / "locks" / f"{self.compile_key()}.lock")
         began = time.monotonic()
-        held = await lock.acquire(timeout_s, owner=f"trial {self.spec.run_id}",
-                                  on_wait=self.notes.append)
+        try:
+            held = await lock.acquire(timeout_s, owner=f"trial {self.spec.run_id}",
+                                      on_wait=self.notes.append)
+        except BootLockUnusable as exc:
+            self._use_own_caches(f"{exc}; this trial keeps its caches in its own directory")
+            yield
+            return
         waited = self.turn_wait_s = time.monotonic() - began
         if not held:
             self._use_own_caches(
