@@ -11,7 +11,9 @@ The rules these tests pin down (also in the modules' docstrings):
 * YAML is parsed safely and bounded: at most 1 MiB, no anchors/aliases (an alias bomb
   is refused before anything expands), no language tags (``!!python/object``).
 * A trace file named in a workload must resolve, symlinks followed, under the workload
-  file's directory or ``$SLOTUNE_HOME``; over the API a trace is a bare file name.
+  file's directory or ``$SLOTUNE_HOME``; over the API, inside the operator's data
+  directories (``SLOTUNE_DATA_DIRS``). It is read as a trial reads it before anything is
+  stored: a bad line is refused with its number and field, never its content.
 * A report directory is created when missing; an existing one must not be a symlink,
   and report files are never written through a symlink. A disk that is already full is
   refused up front; one that fills by the end costs the report (one line), not the sweep,
@@ -280,11 +282,11 @@ def test_trace_paths_inside_the_allowed_folders_load_and_are_stored_absolute(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     home = tmp_path / "home"
     (home / "traces").mkdir(parents=True)
-    (home / "traces" / "chat.jsonl").write_text('{"offset_s": 0, "prompt_len": 3, '
-                                                '"output_len": 2}\n')
+    line = '{"offset_s": 0, "prompt_len": 3, "output_len": 2}\n'
+    (home / "traces" / "chat.jsonl").write_text(line)
     folder = tmp_path / "w"
     (folder / "data").mkdir(parents=True)
-    (folder / "data" / "t.jsonl").write_text("{}\n")
+    (folder / "data" / "t.jsonl").write_text(line)
     workload, _ = load_workload(str(_trace_workload(folder, "data/t.jsonl")))
     assert workload.dataset.path == str((folder / "data" / "t.jsonl").resolve())  # type: ignore[union-attr]
     monkeypatch.setenv("SLOTUNE_HOME", str(home))
@@ -401,6 +403,134 @@ def test_a_report_disk_already_full_is_refused_before_a_sweep_starts(
     assert "KiB free" in err and "--report-dir" in err, err
 
 
+# --- workload files checked at submit ------------------------------------------------------
+#
+# A file a workload names is read as a trial reads it, before anything is stored: a bad
+# line is refused with its number and field (never its content), not queued to fail on
+# every worker.
+
+_GOOD_LINE = '{"timestamp": 0, "input_length": 600, "output_length": 8, "hash_ids": [0, 1]}\n'
+_MARK = "SeCrEtCoNtEnT"
+"""In every bad line: a refusal names the line and the field, never what the file holds."""
+
+BAD_FILES: dict[str, tuple[dict[str, object], str, str]] = {
+    # case: (dataset, the file's text, what the refusal says)
+    "mooncake-negative-length": (
+        {"kind": "mooncake_trace"},
+        _GOOD_LINE + '{"timestamp": 5, "input_length": -3, "output_length": 4, '
+                     f'"note": "{_MARK}"}}\n', "line 2: field 'input_length'"),
+    "mooncake-fractional-length": (
+        {"kind": "mooncake_trace"},
+        _GOOD_LINE + '{"timestamp": 5, "input_length": 12.5, "output_length": 4}\n',
+        "line 2: field 'input_length'"),
+    "mooncake-nan": (
+        {"kind": "mooncake_trace"},
+        _GOOD_LINE + '{"timestamp": NaN, "input_length": 3, "output_length": 4}\n',
+        "line 2: field 'timestamp'"),
+    "mooncake-nan-length": (
+        {"kind": "mooncake_trace"},
+        _GOOD_LINE + '{"timestamp": 5, "input_length": 3, "output_length": NaN}\n',
+        "line 2: field 'output_length'"),
+    "mooncake-string-hash-ids": (
+        {"kind": "mooncake_trace"},
+        _GOOD_LINE + f'{{"timestamp": 5, "input_length": 3, "output_length": 4, '
+                     f'"hash_ids": ["{_MARK}"]}}\n', "line 2: field 'hash_ids'"),
+    "mooncake-not-an-object": (
+        {"kind": "mooncake_trace"}, _GOOD_LINE + f'["{_MARK}"]\n',
+        "line 2: expected a JSON object"),
+    "mooncake-timestamps-out-of-order": (
+        {"kind": "mooncake_trace"},
+        '{"timestamp": 10, "input_length": 3, "output_length": 4}\n'
+        '{"timestamp": 5, "input_length": 3, "output_length": 4}\n',
+        "line 2: field 'timestamp'"),
+    "mooncake-bad-line-beyond-num-prompts": (
+        {"kind": "mooncake_trace"}, _GOOD_LINE * 5 + f'"{_MARK}"\n',
+        "line 6: expected a JSON object"),
+    "trace-bad-output-len": (
+        {"kind": "trace"}, f'{{"offset_s": 0, "prompt_len": 3, "output_len": "{_MARK}"}}\n',
+        "line 1: field 'output_len'"),
+    "sharegpt-not-json": ({"kind": "sharegpt"}, f"{_MARK} is not JSON\n", "not valid JSON"),
+    "sharegpt-not-a-list": ({"kind": "sharegpt"}, f'{{"{_MARK}": 1}}',
+                            "expected a JSON list of conversations"),
+    "sessions-without-conversations": (
+        {"kind": "multi_turn"}, f'[{{"id": "{_MARK}", "conversations": []}}]',
+        "no conversation with at least 2 human turns"),
+    "custom-without-prompt": ({"kind": "custom", "output_len": 8},
+                              f'{{"text": "{_MARK}"}}\n', "line 1: each line needs a text"),
+}
+
+
+def _file_workload(folder: Path, case: str) -> Path:
+    """A workload file whose dataset reads ``case``'s bad file, beside it."""
+    dataset, content, _ = BAD_FILES[case]
+    suffix = ".json" if dataset["kind"] in ("sharegpt", "multi_turn") else ".jsonl"
+    (folder / f"data{suffix}").write_text(content)
+    path = folder / "workload.yaml"
+    path.write_text(yaml.safe_dump({"name": "bad-file", "num_prompts": 2,
+                                    "dataset": {**dataset, "path": f"data{suffix}"}}))
+    return path
+
+
+@pytest.mark.parametrize("case", list(BAD_FILES))
+def test_bad_workload_files_are_refused_at_submit_with_line_and_field(
+        case: str, tmp_path: Path, unchanged_db: str) -> None:
+    workload = _file_workload(tmp_path, case)
+    line = slotune_refuses("sweep", "submit", "--workload", str(workload),
+                           "--database-url", unchanged_db)
+    assert BAD_FILES[case][2] in line, line
+    assert "dataset.path 'data.json" in line  # the file, as the workload names it
+    assert _MARK not in line
+
+
+@pytest.mark.parametrize("case", ["mooncake-nan", "sessions-without-conversations"])
+def test_bad_workload_files_are_refused_before_a_foreground_sweep_or_a_trial(
+        case: str, tmp_path: Path, unchanged_db: str) -> None:
+    workload = _file_workload(tmp_path, case)
+    for args in (["sweep", "run", "--executor", "virtual", "--database-url", unchanged_db],
+                 ["trial", "run", "--space", "lab"]):
+        line = slotune_refuses(*args, "--workload", str(workload))
+        assert BAD_FILES[case][2] in line and _MARK not in line, line
+
+
+def test_a_good_trace_with_ties_and_a_partial_last_block_is_accepted(
+        tmp_path: Path, db_url: str) -> None:
+    """What the check refuses is what a trial cannot read, nothing more."""
+    (tmp_path / "data.jsonl").write_text(
+        _GOOD_LINE + '{"timestamp": 0, "input_length": 513, "output_length": 1, '
+                     '"hash_ids": [0, 2]}\n\n')
+    path = tmp_path / "workload.yaml"
+    path.write_text(yaml.safe_dump({"name": "good-trace", "num_prompts": 2, "dataset": {
+        "kind": "mooncake_trace", "path": "data.jsonl"}}))
+    proc = subprocess.run([SLOTUNE, "sweep", "submit", "--workload", str(path),
+                           "--database-url", db_url], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("case", ["mooncake-string-hash-ids", "sharegpt-not-json",
+                                  "sessions-without-conversations"])
+async def test_bad_files_in_the_data_directories_are_refused_over_the_api(
+        case: str, tmp_path: Path, unchanged_db: str) -> None:
+    from tuner.settings import TrustSettings
+
+    _file_workload(tmp_path, case)
+    dataset, _, expected = BAD_FILES[case]
+    name = next(p.name for p in tmp_path.iterdir() if p.name.startswith("data"))
+    settings = Settings(database=DatabaseSettings(url=unchanged_db),
+                        api=ApiSettings(token=SecretStr(TOKEN)),
+                        trust=TrustSettings(data_dirs=[tmp_path]))
+    with Store(unchanged_db) as store:
+        app = create_app(settings, store=store)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     base_url="http://t") as client:
+            response = await client.post("/api/v1/sweeps", headers=WRITE, json={
+                "workload": {"name": "bad", "num_prompts": 2,
+                             "dataset": {**dataset, "path": name}}})
+    assert response.status_code == 422, response.text
+    assert expected in response.text and _MARK not in response.text
+    assert str(tmp_path) not in response.text  # where the data directories are is the server's
+
+
 # --- the REST API -------------------------------------------------------------------------
 
 
@@ -423,11 +553,11 @@ API_CASES = {
     "workload-path": ({"workload": "../workloads/x.yaml"}, 422, "not a file path"),
     "inline-trace-path": ({"workload": {"dataset": {"kind": "trace",
                                                     "path": "../../etc/passwd"}}},
-                          422, "file name only"),
+                          422, "not a file in the data directories"),
     "inline-device-file": ({"space": space_with(gpu="/etc/passwd.yaml")}, 422,
-                           "over the API give a catalogue GPU name"),
+                           "not a file in the data directories"),
     "inline-sim-model-dir": ({"space": space_with(model="/etc")}, 422,
-                             "a model directory is read where the space is loaded"),
+                             "not a file in the data directories"),
     "unknown-knob": ({"space": space_with(knobs__nosuchknob={"type": "bool"})}, 422,
                      "nosuchknob: not an argument the sim engine takes"),
     "gpu-mem": ({"space": space_with(knobs__gpu_memory_utilization={

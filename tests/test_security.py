@@ -10,6 +10,7 @@ the engine logs) for the secret values.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -198,3 +199,375 @@ def test_trial_on_the_sim_engine_leaves_no_secret_in_result_or_engine_log(
     assert logs, "the engine log lives in the trial's work directory under TMPDIR"
     assert any("GPU KV cache size" in p.read_text() for p in logs)
     assert_tree_clean(tmp_path)
+
+
+# --- the trust boundary: an API client names data, never code or a server path ----------
+#
+# The attacker holds the write token (or nothing); the server's files, the commands it
+# runs and the secrets it was given must stay the operator's. What an operator registers
+# for clients (SLOTUNE_ENGINE_BINARIES, SLOTUNE_QUALITY_COMMANDS, SLOTUNE_DATA_DIRS) is
+# reached by name.
+
+WRITE_TOKEN = "trust-boundary-token-31c4"
+WRITE = {"Authorization": f"Bearer {WRITE_TOKEN}"}
+SHADOW_LINE = "root:$6$SeCrEtShAdOwHaSh:19000:0:99999:7:::"
+SECRET_KEY = "db_password_SeCrEtYaMlKeY"
+API_KEY = "sk-SeCrEtEnGiNeKeY-8088"
+
+
+def small_space(**changes: object) -> dict[str, object]:
+    """A sweepable simulated space (seconds in virtual time), with ``changes`` over it."""
+    space: dict[str, object] = {
+        "name": "trust", "engine": "sim", "model": "Qwen/Qwen2.5-7B-Instruct",
+        "gpu": "rtx4090", "fixed": {"max_model_len": 4096},
+        "knobs": {"max_num_seqs": {"type": "values", "values": [32, 64], "default": 64}},
+        "workload": {"name": "trust-w", "dataset": {"kind": "random", "input_len": 256,
+                                                    "output_len": 32},
+                     "arrivals": {"request_rate": 4}, "num_prompts": 40},
+        "slo": "ttft:300,tpot:50", "lossy": {"quantization": {"values": []}},
+    }
+    space.update(changes)
+    return space
+
+
+def vllm_space(**changes: object) -> dict[str, object]:
+    return small_space(**{"engine": "vllm", "model": "facebook/opt-125m", "gpu": "h100-sxm",
+                          **changes})
+
+
+@pytest.fixture
+def server_files(tmp_path: Path) -> Path:
+    """Files on the server a client must never get at: a shadow-like file, a YAML of
+    secrets, a device-file-shaped YAML and a model directory."""
+    root = tmp_path / "server"
+    (root / "models" / "llama").mkdir(parents=True)
+    (root / "shadow").write_text(f"{SHADOW_LINE}\ndaemon:*:19000:0:99999:7:::\n")
+    (root / "secrets.yaml").write_text(f"{SECRET_KEY}: hunter2\nother_key: x\n")
+    (root / "device.yaml").write_text(f"{SECRET_KEY}: 1\n")
+    (root / "trace.jsonl").write_text(f'"{SHADOW_LINE}"\n')
+    (root / "models" / "llama" / "config.json").write_text('{"model_type": "llama"}')
+    return root
+
+
+def assert_nothing_of_the_server(text: str, root: Path, asked: object = None) -> None:
+    """No line of a server file, no key of its YAML, and no server path but the ones the
+    client gave itself (``asked``: the request's body, whose text may be echoed)."""
+    for leak in (SHADOW_LINE, "SeCrEtShAdOw", SECRET_KEY, "hunter2"):
+        assert leak not in text, f"{leak!r} leaked: {text[:2000]}"
+    for given in sorted(_strings(asked), key=len, reverse=True):
+        text = text.replace(json.dumps(given)[1:-1], "").replace(given, "")
+    for path in (str(root), str(root.resolve())):
+        assert path not in text, f"{path!r} leaked: {text[:2000]}"
+
+
+def _strings(value: object) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for item in value.values() for s in _strings(item)]
+    if isinstance(value, list):
+        return [s for item in value for s in _strings(item)]
+    return []
+
+
+def trusted_settings(url: str, **trust: object) -> Settings:
+    from tuner.settings import TrustSettings
+
+    return Settings(database=DatabaseSettings(url=url),
+                    api=ApiSettings(token=SecretStr(WRITE_TOKEN)),
+                    trust=TrustSettings(**trust))
+
+
+def _reads_server_files(root: Path) -> dict[str, dict[str, object]]:
+    escape = os.path.relpath(root, Path.cwd())  # ../../… from the server's directory
+    return {
+        "inline-workload-path": {"space": small_space(workload=str(root / "shadow"))},
+        "inline-workload-yaml": {"space": small_space(workload=str(root / "secrets.yaml"))},
+        "inline-workload-relative": {"space": small_space(
+            workload=f"{escape}/secrets.yaml")},
+        "override-workload-path": {"workload": str(root / "secrets.yaml")},
+        "space-path": {"space": str(root / "secrets.yaml")},
+        "trace-absolute": {"space": small_space(workload={
+            "dataset": {"kind": "mooncake_trace", "path": str(root / "trace.jsonl")}})},
+        "trace-escape": {"workload": {
+            "dataset": {"kind": "trace", "path": f"{escape}/trace.jsonl"}}},
+        "sharegpt-absolute": {"workload": {
+            "dataset": {"kind": "sharegpt", "path": str(root / "shadow")}}},
+        "device-file": {"space": small_space(gpu=str(root / "device.yaml"))},
+        "device-file-relative": {"space": small_space(gpu=f"{escape}/device.yaml")},
+        "sim-model-dir": {"space": small_space(model=str(root / "models" / "llama"))},
+        # The refusal of a model directory said where it resolved and whether it held a
+        # config.json: an existence oracle for the server's file system.
+        "vllm-model-dir-exists": {"space": vllm_space(model=f"{escape}/models/llama")},
+        "vllm-model-dir-missing": {"space": vllm_space(model=f"{escape}/models/none")},
+        "vllm-model-absolute": {"space": vllm_space(model=str(root / "models" / "llama"))},
+    }
+
+
+READS = ("inline-workload-path", "inline-workload-yaml", "inline-workload-relative",
+         "override-workload-path", "space-path", "trace-absolute", "trace-escape",
+         "sharegpt-absolute", "device-file", "device-file-relative", "sim-model-dir",
+         "vllm-model-dir-exists", "vllm-model-dir-missing", "vllm-model-absolute")
+
+
+@pytest.mark.parametrize("case", READS)
+async def test_the_api_reads_no_server_file_and_echoes_none(case: str, sqlite_url: str,
+                                                            server_files: Path) -> None:
+    body = _reads_server_files(server_files)[case]
+    settings = Settings(database=DatabaseSettings(url=sqlite_url),
+                        api=ApiSettings(token=SecretStr(WRITE_TOKEN)))
+    with Store(sqlite_url) as store:
+        app = create_app(settings, store=store)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     base_url="http://t") as client:
+            response = await client.post("/api/v1/sweeps", json=body, headers=WRITE)
+        assert response.status_code == 422, response.text
+        assert_nothing_of_the_server(response.text, server_files, body)
+        assert store.list_sweeps().count == 0
+
+
+HANDED_COMMANDS = {
+    "quality-argv": small_space(quality={"command": {
+        "argv": ["/bin/sh", "-c", "id > /tmp/slotune-pwned; echo 1.0"], "min_score": 0.5}}),
+    "quality-argv-with-a-name": small_space(quality={"command": {
+        "name": "mmlu", "argv": ["/bin/sh", "-c", "id"], "min_score": 0.5}}),
+    "engine-binary": vllm_space(engine_binary="/bin/sh"),
+    "engine-binary-relative": vllm_space(engine_binary="../../bin/sh"),
+    "engine-binary-on-path": vllm_space(engine_binary="sh"),
+    "engine-binary-as-option": vllm_space(options={"engine_binary": "/bin/sh"}),
+    "engine-binary-as-vllm-option": vllm_space(vllm={"engine_binary": "/bin/sh"}),
+}
+
+
+@pytest.mark.parametrize("case", list(HANDED_COMMANDS))
+async def test_the_api_runs_no_command_it_is_handed(case: str, sqlite_url: str) -> None:
+    """A write token is not a shell on the workers: an executable is named from the
+    operator's registry, never given (here nothing is registered)."""
+    settings = Settings(database=DatabaseSettings(url=sqlite_url),
+                        api=ApiSettings(token=SecretStr(WRITE_TOKEN)))
+    with Store(sqlite_url) as store:
+        app = create_app(settings, store=store)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     base_url="http://t") as client:
+            response = await client.post("/api/v1/sweeps", json={"space": HANDED_COMMANDS[case]},
+                                         headers=WRITE)
+        assert response.status_code == 422, response.text
+        registry = ("SLOTUNE_QUALITY_COMMANDS" if case.startswith("quality")
+                    else "SLOTUNE_ENGINE_BINARIES")
+        assert registry in response.text
+        assert store.list_sweeps().count == 0
+
+
+async def test_registered_engines_and_quality_checks_are_named_and_stored_resolved(
+        sqlite_url: str, tmp_path: Path) -> None:
+    """The operator's registry is what a client names; the stored space holds what the
+    operator registered (so a stored sweep runs the same on any coordinator)."""
+    vllm_bin = tmp_path / "opt" / "vllm"
+    settings = trusted_settings(
+        sqlite_url, engine_binaries={"vllm-main": str(vllm_bin)},
+        quality_commands={"mmlu": {"argv": ["lm_eval", "--model", "{model}"],
+                                   "timeout_s": 900}})
+    with Store(sqlite_url) as store:
+        app = create_app(settings, store=store)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     base_url="http://t") as client:
+            ok = await client.post("/api/v1/sweeps", headers=WRITE, json={"space": vllm_space(
+                engine_binary="vllm-main",
+                quality={"command": {"name": "mmlu", "min_score": 0.6}})})
+            assert ok.status_code == 201, ok.text
+            unknown = await client.post("/api/v1/sweeps", headers=WRITE, json={
+                "space": vllm_space(engine_binary="vllm-nightly")})
+            assert unknown.status_code == 422
+            assert "vllm-main" in unknown.text  # the names a client may use
+            assert str(vllm_bin) not in unknown.text  # not where they live
+        stored = store.get_sweep(ok.json()["id"]).space
+    assert stored["options"]["engine_binary"] == str(vllm_bin)
+    command = stored["quality"]["command"]
+    assert command["name"] == "mmlu" and command["timeout_s"] == 900
+    assert command["argv"] == ["lm_eval", "--model", "{model}"]
+    assert command["min_score"] == 0.6
+
+
+SECRET_ARGS = {"api_key": API_KEY, "hf_token": "hf_SeCrEt", "ssl_keyfile_password": "pw",
+               "watermark_config": {"key": "SeCrEt"}}
+
+
+@pytest.mark.parametrize("name", list(SECRET_ARGS))
+async def test_secret_engine_arguments_are_refused_in_spaces_over_the_api(
+        name: str, sqlite_url: str) -> None:
+    settings = Settings(database=DatabaseSettings(url=sqlite_url),
+                        api=ApiSettings(token=SecretStr(WRITE_TOKEN)))
+    space = vllm_space(fixed={"max_model_len": 4096, name: SECRET_ARGS[name]},
+                       allowed_extra_args=[name])
+    with Store(sqlite_url) as store:
+        app = create_app(settings, store=store)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     base_url="http://t") as client:
+            response = await client.post("/api/v1/sweeps", json={"space": space},
+                                         headers=WRITE)
+        assert response.status_code == 422, response.text
+        assert "worker's environment" in response.text and name in response.text
+        assert_no_secret("the refusal", response.text)
+        assert API_KEY not in response.text
+        assert store.list_sweeps().count == 0
+
+
+def test_secret_engine_arguments_are_refused_in_space_files_by_the_cli(
+        tmp_path: Path, sqlite_url: str) -> None:
+
+    path = tmp_path / "space.yaml"
+    path.write_text(json.dumps(small_space(
+        fixed={"max_model_len": 4096, "api_key": API_KEY}, allowed_extra_args=["api_key"])))
+    ok = tmp_path / "ok.yaml"  # a knob whose name holds "tokens" carries no secret
+    ok.write_text(json.dumps(small_space(fixed={"max_model_len": 4096,
+                                                "max_num_batched_tokens": 4096})))
+    for command in ("submit", "run"):
+        proc = subprocess.run(
+            [SLOTUNE, "sweep", command, "--space", str(path), "--database-url", sqlite_url,
+             *(["--executor", "virtual"] if command == "run" else [])],
+            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert "worker's environment" in proc.stderr and "Traceback" not in proc.stderr
+        assert API_KEY not in proc.stdout + proc.stderr
+    accepted = subprocess.run([SLOTUNE, "sweep", "submit", "--space", str(ok),
+                               "--database-url", sqlite_url],
+                              capture_output=True, text=True, timeout=60)
+    assert accepted.returncode == 0, accepted.stderr
+    with Store(sqlite_url) as store:
+        assert store.list_sweeps().count == 1
+
+
+@pytest.fixture
+def any_backend_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'slotune.db'}"
+        migrate.upgrade(url)
+        yield url
+        return
+    name = f"slotune_trust_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    url = f"{ADMIN_URL.rsplit('/', 1)[0]}/{name}"
+    migrate.upgrade(url)
+    yield url
+    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
+                     .format(sql.Identifier(name)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("any_backend_url", ["sqlite", "postgres"], indirect=True)
+async def test_a_secret_that_reaches_a_record_is_redacted_on_the_way_in(
+        any_backend_url: str, tmp_path: Path) -> None:
+    """A space stored with a secret engine argument (before spaces refused them) runs; no
+    row, no read path and no report shows the secret: records are redacted as written."""
+    from tuner.sweep.request import SweepRequest, resolve
+    from workers.contracts import SLO, TrialResult
+
+    url = any_backend_url
+    space = small_space(fixed={"max_model_len": 4096, "api_key": API_KEY},
+                        allowed_extra_args=["api_key"])
+    with Store(url) as store:
+        record = store.create_sweep(
+            name="secret", workload=resolve(SweepRequest(space=small_space()))[1],
+            slo=SLO.parse("ttft:300,tpot:50"), space=space,
+            model="Qwen/Qwen2.5-7B-Instruct", gpu="rtx4090", strategy="grid",
+            mode="goodput", budget={"max_trials": 2, "confirm_top": 0}, seed=0,
+            owner=None)
+    served = subprocess.run(
+        [SLOTUNE, "coordinator", "--executor", "virtual", "--once", "--poll", "0.2",
+         "--database-url", url], capture_output=True, text=True, timeout=180,
+        stdin=subprocess.DEVNULL)
+    assert served.returncode == 0, served.stderr[-2000:]
+    settings = Settings(database=DatabaseSettings(url=url),
+                        api=ApiSettings(token=SecretStr(WRITE_TOKEN)))
+    seen: list[str] = [served.stdout + served.stderr]
+    with Store(url) as store:
+        sweep = store.get_sweep(record.id)
+        assert sweep.status == "done", sweep.stop_reason
+        rows = store.list_trials(record.id).data
+        assert rows and all(r.status == "ok" for r in rows)
+        # the engine ran with the argument (redacted), as it was stored
+        assert TrialResult.model_validate(rows[0].result).status == "ok"
+        app = create_app(settings, store=store)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     base_url="http://t") as client:
+            for path in (f"/api/v1/sweeps/{record.id}", f"/api/v1/sweeps/{record.id}/trials",
+                         "/api/v1/best", "/api/v1/workloads/trust-w/best",
+                         f"/api/v1/sweeps/{record.id}/report?format=html",
+                         f"/api/v1/sweeps/{record.id}/report?format=md"):
+                response = await client.get(path)
+                assert response.status_code == 200, (path, response.text)
+                seen.append(response.text)
+    for command in (["best"], ["best", "--output", "json"], ["sweep", "status", str(record.id)],
+                    ["sweep", "report", str(record.id), "--output", str(tmp_path / "r")]):
+        out = subprocess.run([SLOTUNE, *command, "--database-url", url], capture_output=True,
+                             text=True, timeout=60, stdin=subprocess.DEVNULL)
+        assert out.returncode == 0, (command, out.stderr)
+        seen.append(out.stdout + out.stderr)
+    seen.append(table_dump(url))
+    seen.extend(p.read_text() for p in (tmp_path / "r").iterdir())
+    assert "--api-key" in "".join(seen)  # the argument is there, its value is not
+    for shown in seen:
+        assert API_KEY not in shown, shown[:3000]
+
+
+@pytest.mark.slow
+def test_a_real_api_server_keeps_the_trust_boundary(tmp_path: Path, server_files: Path) -> None:
+    """``slotune api`` as deployed: the operator's registry and data directories from its
+    environment; a client names them, and reaches nothing else."""
+    from tests.tuner.api.data import TOKEN
+    from tests.tuner.api.test_cli_api import _env, _serving
+    from workers.engines.process import free_port
+
+    data = tmp_path / "data"
+    (data / "traces").mkdir(parents=True)
+    line = '{"timestamp": %d, "input_length": 600, "output_length": 8, "hash_ids": [0, 1]}\n'
+    (data / "traces" / "ok.jsonl").write_text("".join(line % (100 * i) for i in range(20)))
+    (data / "traces" / "bad.jsonl").write_text(line % 0 + f'["{SHADOW_LINE}"]\n')
+    url = f"sqlite:///{tmp_path / 'slotune.db'}"
+    migrate.upgrade(url)
+    port = free_port()
+    env = _env(SLOTUNE_API_TOKEN=TOKEN, SLOTUNE_DATA_DIRS=json.dumps([str(data)]),
+               SLOTUNE_ENGINE_BINARIES=json.dumps({"vllm-main": "/opt/vllm/bin/vllm"}),
+               SLOTUNE_QUALITY_COMMANDS=json.dumps({"mmlu": {"argv": ["lm_eval", "{model}"]}}))
+    write = {"Authorization": f"Bearer {TOKEN}"}
+    escape = os.path.relpath(server_files, Path.cwd())  # the server runs in this directory
+
+    def trace(path: str) -> dict[str, object]:
+        return {"name": "trusted-trace", "num_prompts": 10,
+                "dataset": {"kind": "mooncake_trace", "path": path}}
+
+    refused = {
+        "a server file as the workload": {"space": small_space(
+            workload=str(server_files / "shadow"))},
+        "a trace outside the data directories": {"workload": trace(
+            f"{escape}/trace.jsonl")},
+        "a trace climbing out of them": {"workload": trace("../server/trace.jsonl")},
+        "a bad trace inside them": {"workload": trace("traces/bad.jsonl")},
+        "a command": {"space": small_space(quality={"command": {
+            "argv": ["/bin/sh", "-c", "id"], "min_score": 0}})},
+        "an executable": {"space": vllm_space(engine_binary="/bin/sh")},
+        "a model directory": {"space": vllm_space(model=f"{escape}/models/llama")},
+        "a secret": {"space": vllm_space(fixed={"api_key": API_KEY},
+                                         allowed_extra_args=["api_key"])},
+    }
+    argv = [SLOTUNE, "api", "--port", str(port), "--database-url", url]
+    with _serving(argv, env, port) as client:
+        for what, body in refused.items():
+            response = client.post("/api/v1/sweeps", json=body, headers=write)
+            assert response.status_code == 422, (what, response.text)
+            assert_nothing_of_the_server(response.text, server_files, body)
+            assert str(data) not in response.text and API_KEY not in response.text, what
+        assert "line 2: expected a JSON object" in client.post(
+            "/api/v1/sweeps", json=refused["a bad trace inside them"], headers=write).text
+        assert client.get("/api/v1/sweeps").json()["count"] == 0
+        ok = client.post("/api/v1/sweeps", headers=write, json={
+            "workload": trace("traces/ok.jsonl"),
+            "space": vllm_space(engine_binary="vllm-main",
+                                quality={"command": {"name": "mmlu", "min_score": 0.5}})})
+        assert ok.status_code == 201, ok.text
+        space = client.get(f"/api/v1/sweeps/{ok.json()['id']}").json()["space"]
+    assert space["options"]["engine_binary"] == "/opt/vllm/bin/vllm"
+    assert space["quality"]["command"]["argv"] == ["lm_eval", "{model}"]
+    assert space["workload"]["dataset"]["path"] == str((data / "traces" / "ok.jsonl").resolve())

@@ -9,10 +9,13 @@ database URLs go through :func:`redact_url` before they are shown anywhere.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 from collections.abc import Iterator, Mapping
 from functools import lru_cache
-from typing import Annotated, Any
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
 
 from pydantic import (
     AliasChoices,
@@ -30,6 +33,14 @@ from sqlalchemy.exc import ArgumentError
 # Where the embedded database and reports live; the rule is shared with the workers' engine
 # caches, so it lives with them.
 from workers.data_dir import default_data_dir
+from workers.trust import (
+    DATA_DIRS_ENV,
+    ENGINE_BINARIES_ENV,
+    QUALITY_COMMANDS_ENV,
+    REGISTERED_NAME,
+    RegisteredCommand,
+    Trust,
+)
 
 __all__ = [
     "DEFAULT_GPU_PRICES",
@@ -42,6 +53,8 @@ __all__ = [
     "PlannerSettings",
     "RaySettings",
     "Settings",
+    "TrustSettings",
+    "database_digest",
     "default_data_dir",
     "get_settings",
     "gpu_price_table",
@@ -89,6 +102,26 @@ def redact_url(url: object) -> str:
         return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", text)
     shown = parsed.render_as_string(hide_password=True)
     return _SECRET_QUERY.sub(r"\1***", shown)
+
+
+def database_digest(url: str) -> str:
+    """A short, stable name for the database at ``url`` that says nothing of it: the
+    first 12 hex digits of the SHA-256 of its redacted URL (password gone; the driver,
+    ``postgres://`` or ``postgresql+psycopg://``, as the engine sees it; a SQLite file by
+    its absolute path, so two spellings of one file agree). For what one database owns
+    on disk beside others' (its reports)."""
+    text = redact_url(url)
+    try:
+        parsed = make_url(normalize_database_url(url))
+    except ValueError:
+        pass
+    else:
+        database = parsed.database
+        if (parsed.get_backend_name() == "sqlite" and database and database != ":memory:"
+                and not database.startswith("file:")):
+            parsed = parsed.set(database=os.path.abspath(os.path.expanduser(database)))
+        text = redact_url(parsed.render_as_string(hide_password=False))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 class DatabaseSettings(BaseSettings):
@@ -254,6 +287,108 @@ class PlannerSettings(BaseSettings):
         return {**self.gpu_prices, **(overrides or {})}
 
 
+_BINARIES = TypeAdapter(dict[str, str])
+_COMMANDS = TypeAdapter(dict[str, RegisteredCommand])
+_DIRS = TypeAdapter(list[str])
+
+
+class TrustSettings(BaseSettings):
+    """What the operator lets an API client name (:mod:`workers.trust`): engine binaries
+    and quality commands by name, files inside data directories. Each is a JSON value of
+    its environment variable; unset, a client can name none of them."""
+
+    model_config = SettingsConfigDict(extra="ignore", populate_by_name=True)
+
+    # NoDecode: each validator reads its JSON itself, to name its variable when it is bad.
+    engine_binaries: Annotated[dict[str, str], NoDecode] = Field(
+        default_factory=dict,
+        validation_alias=AliasChoices(ENGINE_BINARIES_ENV, "engine_binaries"))
+    """Name → the engine executable on the workers, ``{"vllm-0.32": "/opt/vllm/bin/vllm"}``."""
+    quality_commands: Annotated[dict[str, RegisteredCommand], NoDecode] = Field(
+        default_factory=dict,
+        validation_alias=AliasChoices(QUALITY_COMMANDS_ENV, "quality_commands"))
+    """Name → ``{"argv": [...], "timeout_s": 3600}``, run on the worker against the engine."""
+    data_dirs: Annotated[tuple[Path, ...], NoDecode] = Field(
+        default=(), validation_alias=AliasChoices(DATA_DIRS_ENV, "data_dirs"))
+    """Absolute directories whose files (traces, conversations, device files, model
+    directories) a client may name by relative path: a JSON list, or paths joined by
+    ``:``."""
+
+    @field_validator("engine_binaries", mode="before")
+    @classmethod
+    def _binaries(cls, value: object) -> dict[str, str]:
+        table = _registry(_BINARIES, value, ENGINE_BINARIES_ENV,
+                          '\'{"vllm-main": "/opt/vllm/bin/vllm"}\'')
+        for name, path in table.items():
+            if not path.strip() or "\x00" in path:
+                raise ValueError(f"{ENGINE_BINARIES_ENV}: {name!r} needs an executable's path")
+        return table
+
+    @field_validator("quality_commands", mode="before")
+    @classmethod
+    def _commands(cls, value: object) -> dict[str, RegisteredCommand]:
+        return _registry(_COMMANDS, value, QUALITY_COMMANDS_ENV,
+                         '\'{"mmlu": {"argv": ["lm_eval", "--model", "local-completions", '
+                         '"--model_args", "base_url={base_url}/v1/completions"], '
+                         '"timeout_s": 3600}}\'')
+
+    @field_validator("data_dirs", mode="before")
+    @classmethod
+    def _dirs(cls, value: object) -> tuple[Path, ...]:
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                try:
+                    value = _DIRS.validate_json(text)
+                except ValidationError:
+                    raise ValueError(f"{DATA_DIRS_ENV}: expected a JSON list of absolute "
+                                     "directories, or directories joined by ':'") from None
+            else:
+                value = [part for part in text.split(os.pathsep) if part.strip()]
+        if not isinstance(value, list | tuple):
+            raise ValueError(f"{DATA_DIRS_ENV}: expected a list of absolute directories")
+        dirs = []
+        for item in value:
+            path = Path(str(item)).expanduser()
+            if not path.is_absolute():
+                raise ValueError(f"{DATA_DIRS_ENV}: {str(item)!r} is not an absolute "
+                                 "directory")
+            dirs.append(path.resolve())
+        return tuple(dirs)
+
+    def for_client(self) -> Trust:
+        """What an API request may name."""
+        return Trust("client", self.engine_binaries, self.quality_commands, self.data_dirs)
+
+    def for_operator(self) -> Trust:
+        """What the CLI may name: any path, and the registered names too."""
+        return Trust("operator", self.engine_binaries, self.quality_commands, self.data_dirs)
+
+
+_Registry = TypeVar("_Registry", bound=Mapping[str, Any])
+
+
+def _registry(adapter: TypeAdapter[_Registry], value: object, env: str,
+              example: str) -> _Registry:
+    """``value`` (JSON text or a mapping) as a registry of names, or ``ValueError`` naming
+    ``env`` and the form it takes. Blank text (``VAR=`` in a compose file) is none."""
+    if isinstance(value, str) and not value.strip():
+        value = {}
+    try:
+        table = adapter.validate_json(value) if isinstance(value, str | bytes) \
+            else adapter.validate_python(value)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+                             for e in exc.errors(include_url=False, include_input=False))
+        raise ValueError(f"{env}: expected a JSON object of name → entry, e.g. {example}; "
+                         f"{problems}") from None
+    bad = [name for name in table if not REGISTERED_NAME.fullmatch(name)]
+    if bad:
+        raise ValueError(f"{env}: {bad[0]!r} is not a name (letters, digits, '.', '_', '-'; "
+                         "a name is never a path)")
+    return table
+
+
 class Settings(BaseSettings):
     """All of slotune's settings; each section reads its own environment variables."""
 
@@ -264,6 +399,7 @@ class Settings(BaseSettings):
     ray: RaySettings = Field(default_factory=RaySettings)
     api: ApiSettings = Field(default_factory=ApiSettings)
     planner: PlannerSettings = Field(default_factory=PlannerSettings)
+    trust: TrustSettings = Field(default_factory=TrustSettings)
 
 
 @lru_cache(maxsize=1)

@@ -20,18 +20,21 @@ from pydantic import (
     ConfigDict,
     Field,
     SerializeAsAny,
+    ValidationInfo,
     field_serializer,
     field_validator,
     model_validator,
 )
 
 from workers.engine_options import EngineOptions, lift_engine_options, options_model
+from workers.trust import trust_of
 
 __all__ = [
     "BOOT_PHASES",
     "FAILURE_CLASSES",
     "FILE_DATASETS",
     "GOLDEN_PROMPTS",
+    "INPUT_FAILURES",
     "RUN_ID_ALIASES",
     "SLO",
     "SLO_METRICS",
@@ -469,14 +472,19 @@ Device = Literal["gpu", "cpu"]
 ObjectiveMode = Literal["goodput", "capacity"]
 TrialStatus = Literal["ok", "infeasible", "failed"]
 FailureClass = Literal["invalid_config", "oom", "startup_timeout", "crashed", "hung",
-                       "benchmark_errors", "worker_lost", "client_bound"]
+                       "benchmark_errors", "worker_lost", "client_bound", "input_error"]
 """Why a trial failed. ``hung``: the engine stayed alive but stopped answering during the
 measurement (a deadlock, a stopped process). ``worker_lost`` and ``client_bound`` (the
 load generator fell behind its schedule, so the measurement is invalid) are the
 machine's fault, not the configuration's: the coordinator runs the same configuration
-again."""
+again. ``input_error``: a file the workload names could not be read as its dataset (it
+changed after it was checked at submit) — neither the configuration's fault nor the
+machine's, and the same on every attempt: the coordinator stops the sweep with the file's
+message instead of running it again."""
 FAILURE_CLASSES: tuple[FailureClass, ...] = get_args(FailureClass)
 TRANSIENT_FAILURES: tuple[FailureClass, ...] = ("worker_lost", "client_bound")
+INPUT_FAILURES: tuple[FailureClass, ...] = ("input_error",)
+"""Failures that stop the sweep: its input, not a configuration, is wrong."""
 KnobValue = bool | int | float | str | dict[str, Any] | None
 """A knob's value: vLLM flag values, or a JSON object (``speculative_config``)."""
 
@@ -555,8 +563,9 @@ class EngineChoice(_Strict):
 
     @model_validator(mode="before")
     @classmethod
-    def _older_shapes(cls, data: Any) -> Any:
-        return lift_engine_options(lift_sim_gpu(data), cls.owner, "sim", cls.model_fields)
+    def _older_shapes(cls, data: Any, info: ValidationInfo) -> Any:
+        return lift_engine_options(lift_sim_gpu(data), cls.owner, "sim", cls.model_fields,
+                                   info.context)
 
     @field_validator("engine")
     @classmethod
@@ -639,12 +648,25 @@ class CommandCheck(_Strict):
     """A user's quality command (an argv list, never a shell string), e.g. an
     lm-eval-harness run. ``{base_url}`` and ``{model}`` in an argument are replaced by
     the booted engine's URL and served model name (also in ``SLOTUNE_BASE_URL`` and
-    ``SLOTUNE_MODEL``); the last number it prints on stdout is its score."""
+    ``SLOTUNE_MODEL``); the last number it prints on stdout is its score.
 
+    Or a command the operator registered (``SLOTUNE_QUALITY_COMMANDS``), by ``name``:
+    its argv and timeout are filled in where the space is read (the only way over the
+    API, :mod:`workers.trust`), and kept with the name."""
+
+    name: str | None = None
+    """The registered command this is (None: the space gave its own argv)."""
     argv: tuple[str, ...] = Field(min_length=1)
     min_score: float = Field(allow_inf_nan=False)
     """The score at or above which the check passes."""
     timeout_s: float = Field(3600.0, gt=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _registered(cls, data: Any, info: ValidationInfo) -> Any:
+        if not isinstance(data, dict):
+            return data
+        return trust_of(info).quality_command(data, "quality.command")
 
 
 class QualityGate(_Strict):

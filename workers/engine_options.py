@@ -107,7 +107,7 @@ def _named(kind: str, model: type[EngineOptions]) -> str:
 
 
 def _validated(model: type[EngineOptions], value: Any, key: str, engine: str,
-               owner: str) -> EngineOptions:
+               owner: str, context: Any = None) -> EngineOptions:
     if isinstance(value, EngineOptions):
         if not isinstance(value, model):
             theirs = next((k for k, m in _REGISTRY.items() if isinstance(value, m)), None)
@@ -117,7 +117,7 @@ def _validated(model: type[EngineOptions], value: Any, key: str, engine: str,
                              f"{model.__name__}")
         return value
     try:
-        return model.model_validate(value)
+        return model.model_validate(value, context=context)
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join([*([key] if key else []), *(str(p) for p in err['loc'])])}: "
@@ -135,12 +135,13 @@ def _whose(loc: tuple[int | str, ...], engine: str) -> str:
 
 
 def lift_engine_options(data: Any, owner: str, default_engine: str,
-                        fields: Collection[str] = ()) -> Any:
+                        fields: Collection[str] = (), context: Any = None) -> Any:
     """Raw fields of a spec or a space with its engine's options in one place,
     ``options``, an instance of the engine's model (see the module docstring for the
     spellings). ``owner`` names the thing in messages (``trial``, ``space``); ``fields``
-    are its own field names, never read as an engine's name. Raises ``ValueError``
-    saying what was wrong and what is right."""
+    are its own field names, never read as an engine's name; ``context`` is the
+    validation context the options are validated with (who gives them:
+    :mod:`workers.trust`). Raises ``ValueError`` saying what was wrong and what is right."""
     if not isinstance(data, dict):
         return data
     engine = data.get("engine", default_engine)
@@ -151,15 +152,16 @@ def lift_engine_options(data: Any, owner: str, default_engine: str,
     given: list[tuple[str, EngineOptions]] = []
     if OPTIONS_KEY in out and out[OPTIONS_KEY] is not None:
         value = out.pop(OPTIONS_KEY)
-        given.append((OPTIONS_KEY, _validated(model, value, OPTIONS_KEY, engine, owner)))
+        given.append((OPTIONS_KEY, _validated(model, value, OPTIONS_KEY, engine, owner,
+                                              context)))
     out.pop(OPTIONS_KEY, None)
     if engine in out and engine not in fields:
         value = out.pop(engine)  # None: not given (an old space's dump: sim: null)
         if value is not None:
-            given.append((engine, _validated(model, value, engine, engine, owner)))
+            given.append((engine, _validated(model, value, engine, engine, owner, context)))
     flat = {name: out.pop(name) for name in model.flat_fields if name in out}
     if any(value is not None for value in flat.values()):
-        given.append((", ".join(flat), _validated(model, flat, "", engine, owner)))
+        given.append((", ".join(flat), _validated(model, flat, "", engine, owner, context)))
     for kind, other in _REGISTRY.items():
         if kind == engine:
             continue
@@ -169,7 +171,7 @@ def lift_engine_options(data: Any, owner: str, default_engine: str,
                          f"{' and '.join(key for key, _ in given)}): give them once, as "
                          f"{OPTIONS_KEY}")
     out[OPTIONS_KEY] = given[0][1] if given else _validated(model, {}, OPTIONS_KEY, engine,
-                                                           owner)
+                                                           owner, context)
     return out
 
 

@@ -57,6 +57,7 @@ from workers.contracts import (
     Workload,
 )
 from workers.engines import EngineFailure, boot_phases
+from workers.loadgen.datasets import DatasetError
 from workers.loadgen.diagnosis import diagnose
 from workers.loadgen.result import OURS, ResultInfo, build_result
 from workers.loadgen.scoring import PROBE_PERCENTILES, Score, gate_percentiles
@@ -278,6 +279,9 @@ async def run_pipeline(spec: TrialSpec, backend: Backend, *, detailed: bool = Tr
     except EngineFailure as exc:
         return _failed(spec, exc.failure, exc.message, timings, backend.facts,
                        log_tail=exc.log_tail)
+    except DatasetError as exc:  # the workload's file, not the configuration: one line
+        return _failed(spec, "input_error", " ".join(str(exc).split())[:1000], timings,
+                       backend.facts)
 
 
 async def _measure(spec: TrialSpec, backend: Backend, timings: dict[str, float | None],

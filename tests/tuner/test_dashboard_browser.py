@@ -107,7 +107,7 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, SweepDa
 
 
 @contextlib.contextmanager
-def api_server(url: str, log: Path) -> Iterator[str]:
+def api_server(url: str, log: Path, env: dict[str, str] | None = None) -> Iterator[str]:
     """The real API (``uvicorn --factory``) on a free port over ``url``, until the block
     ends: its base URL, once its health route answers; its output in ``log``."""
     port = _free_port()
@@ -115,7 +115,7 @@ def api_server(url: str, log: Path) -> Iterator[str]:
         proc = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "--factory", "tuner.api.app:create_app",
              "--host", "127.0.0.1", "--port", str(port)],
-            cwd=ROOT, env={**os.environ, "DATABASE_URL": url}, stdout=out,
+            cwd=ROOT, env={**os.environ, "DATABASE_URL": url, **(env or {})}, stdout=out,
             stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
@@ -353,3 +353,53 @@ def test_index_says_where_nothing_meets_the_slo_and_marks_a_stale_best(
                                     '#workloads tr[data-workload="chat-upgraded"]')
     assert _cell(stale, "stale").text.strip() == "stale"
     assert "0.30.0" in (_cell(stale, "stale").get_attribute("title") or "")
+
+
+READ_TOKEN = "read-token-for-the-browser-0123"
+
+
+@pytest.fixture(scope="module")
+def guarded_api(tmp_path_factory: pytest.TempPathFactory
+                ) -> Iterator[tuple[str, SweepData, Path]]:
+    """The API with SLOTUNE_API_READ_TOKEN set: (base URL, what was stored, its log)."""
+    url = f"sqlite:///{tmp_path_factory.mktemp('guarded') / 'slotune.db'}"
+    migrate.upgrade(url)
+    with Store(url) as store:
+        data = populate_finished_sweep(store)
+    log = tmp_path_factory.mktemp("uvicorn-guarded") / "uvicorn.log"
+    with api_server(url, log, env={"SLOTUNE_API_READ_TOKEN": READ_TOKEN}) as base:
+        yield base, data, log
+
+
+def _token_note(driver: WebDriver, says: str) -> None:
+    WebDriverWait(driver, 20).until(
+        lambda d: says in d.find_element(By.ID, "token-note").text)
+
+
+def test_with_a_read_token_the_dashboard_asks_for_it_and_sends_it(
+        guarded_api: tuple[str, SweepData, Path], browser: WebDriver) -> None:
+    """Issue 38: with a read token configured the dashboard showed "HTTP 401" and
+    nothing else. It asks for the token, keeps it in the tab, sends it as a bearer
+    header; a token in the page's fragment works too and leaves the address bar."""
+    base, data, log = guarded_api
+    browser.get(base + "/")
+    _token_note(browser, "kept in this tab only")
+    assert "HTTP 401" in browser.find_element(By.ID, "error").text
+    field = browser.find_element(By.ID, "read-token")
+    field.send_keys("not-the-token")
+    browser.find_element(By.CSS_SELECTOR, "#token-form button").click()
+    _token_note(browser, "was refused")
+    browser.find_element(By.ID, "read-token").send_keys(READ_TOKEN)
+    browser.find_element(By.CSS_SELECTOR, "#token-form button").click()
+    WebDriverWait(browser, 20).until(
+        lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-loaded") == "true")
+    assert browser.find_elements(By.CSS_SELECTOR, f'#workloads tr[data-workload="{WORKLOAD}"]')
+    assert not browser.find_elements(By.ID, "token-form")
+    _load(browser, f"{base}/sweeps/{data.sweep_id}")  # the tab keeps the token
+    _screenshot(browser, "dashboard-read-token.png")
+
+    browser.execute_script("sessionStorage.clear()")
+    _load(browser, f"{base}/#token={READ_TOKEN}")
+    assert READ_TOKEN not in browser.current_url
+    assert browser.find_elements(By.CSS_SELECTOR, f'#workloads tr[data-workload="{WORKLOAD}"]')
+    assert READ_TOKEN not in log.read_text()  # never in a URL the server saw

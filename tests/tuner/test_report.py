@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ from tuner.report import (
     render_report,
     write_report,
 )
-from tuner.report._render import render_markdown
+from tuner.report._render import render_html, render_markdown
 from tuner.report._svg import HEIGHT, MARGIN_BOTTOM, MARGIN_LEFT, MARGIN_RIGHT, MARGIN_TOP, WIDTH
 from tuner.spaces import load_space
 from workers.contracts import PhaseTimings, TrialResult
@@ -313,3 +314,37 @@ def test_a_trial_stored_before_the_boot_split_reads_as_phases_unknown() -> None:
     assert "| #1 | 1 | ok | ? | ? | ? | ? | ? | ? | 30 | 60 | — | 90 |" in md
     assert "| boot: phases unknown | 30 | 10.3% |" in md  # of 290 s
     assert "1 trial(s) were stored before boots were split by phase" in md
+
+
+HOSTILE = "chat<img src=x onerror=alert(1)>[click](javascript:alert(2))`$(rm -rf ~)`"
+
+
+def test_names_in_the_markdown_report_are_text_and_its_command_lines_are_quoted() -> None:
+    """Issue 38: a name carried raw HTML (and links) into the Markdown report, and the
+    ``slotune frontier -w NAME`` line was not shell-quoted."""
+    import shlex
+
+    from tuner.planning.frontier import CapacityGrid, Frontier
+
+    sweep = _sweep("capacity").model_copy(update={
+        "name": "night\n<script>alert(3)</script>", "workload": HOSTILE})
+    trial = _trial(1, 64, 3.0, "decode", capacity=3.0, confirmed=True)
+    frontier = Frontier(
+        workload=HOSTILE, model="m/x", gpu="h100-sxm", slo="{}", slo_text="p99 TTFT ≤ 300 ms",
+        percentile=99.0, tpot_target_ms=None, ttft_target_ms=300.0, min_interactivity_tps=None,
+        price_per_gpu_hour=None, points=[], winner=None,
+        capacity=CapacityGrid(percentile=99.0, tpot_ms=[50.0], ttft_ms=[300.0],
+                              per_gpu=[[None]], confidence=[[None]]))
+    md = render_markdown(analyse(sweep, [trial], [], frontier=frontier))
+    prose = re.sub(r"(`+) .*? \1", "", md)  # a code span shows its text as it is
+    assert "<img" not in prose and "<script" not in prose  # no tag a renderer would obey
+    assert "[click](javascript" not in prose  # no link
+    assert "&lt;img src=x onerror=alert(1)>\\[click\\](javascript" in prose
+    assert "# Sweep 7: night &lt;script>alert(3)&lt;/script>\n" in md  # one line, inert
+    line = next(x for x in md.splitlines() if "slotune frontier -w" in x)
+    command = re.search(r"(`+) (slotune frontier -w .*?) \1", line)
+    assert command is not None, line
+    assert shlex.split(command.group(2)) == ["slotune", "frontier", "-w", HOSTILE]
+    html = render_html(analyse(sweep, [trial], [], frontier=frontier))
+    assert "<img" not in html and "<script>alert" not in html
+    assert f"<code>slotune frontier -w {escape(shlex.quote(HOSTILE))}</code>" in html

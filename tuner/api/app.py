@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from fastapi import APIRouter, Depends, FastAPI
 from fastapi.staticfiles import StaticFiles
 
+from tuner.api.access_log import install_access_log_redaction
 from tuner.api.deps import require_reader
 from tuner.api.errors import install_error_handlers
 from tuner.api.middleware import BodySizeLimit
@@ -31,6 +32,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
     """A configured app. ``store`` defaults to one on the settings' database, opened now
     (lazily connecting) and closed when the app shuts down."""
     settings = settings or get_settings()
+    install_access_log_redaction()  # no ?token=… in the access log, however it is served
     owns_store = store is None
     store = store or Store.from_settings(settings)
 

@@ -27,11 +27,11 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from tuner.cli.output import make_console
+from tuner.cli.output import make_console, spreadsheet_cell
 from tuner.db.errors import Conflict, NotFound, StorageError, exit_code
 from tuner.db.records import BestConfig, SweepRecord
 from tuner.planning.answer import sweep_answer
-from tuner.settings import default_data_dir, get_settings, redact_url
+from tuner.settings import database_digest, default_data_dir, get_settings, redact_url
 from tuner.strategies import DEFAULT_STRATEGY
 from tuner.sweep.executors import ExecutorLost
 from tuner.sweep.log import LOG_FORMATS, SweepLog
@@ -40,6 +40,7 @@ from tuner.sweep.request import REQUEST_ERRORS, SweepBudget, SweepRequest, queue
 from workers.contracts import SLO
 from workers.engines import ENGINES
 from workers.engines.vllm import vllm_command
+from workers.trust import Trust
 
 __all__ = ["best_command", "coordinator_command", "sweep_app"]
 
@@ -88,6 +89,12 @@ def reason(exc: Exception) -> str:
             f"{'.'.join(str(p) for p in e['loc']) or 'request'}: "
             f"{e['msg'].removeprefix('Value error, ')}" for e in exc.errors())
     return " ".join(str(exc).split())
+
+
+def _operator() -> Trust:
+    """The CLI's trust: the user's own machine, so any path, and the operator's
+    registered names too (:mod:`workers.trust`)."""
+    return get_settings().trust.for_operator()
 
 
 def _store(database_url: str | None, *, migrate: bool = False) -> tuple[Any, str]:
@@ -158,6 +165,16 @@ def slo_text(stored: str) -> str:
 _BEST_FIELDS = ("workload", "model", "gpu", "slo", "objective", "capacity", "gpus",
                 "capacity_per_gpu", "confirmed",
                 "repeats", "engine", "engine_version", "stale", "trial_id", "measured_at")
+
+
+def _tsv_cell(value: Any) -> str:
+    """A stored value as a cell of ``best --output tsv``: numbers as they are (a negative
+    one is a number, not a formula), text made inert (:func:`spreadsheet_cell`)."""
+    if value is None:
+        return ""
+    if isinstance(value, int | float):
+        return str(value)
+    return spreadsheet_cell(value if isinstance(value, str) else json.dumps(value))
 
 
 def _best_table(rows: list[BestConfig], title: str) -> Table:
@@ -289,7 +306,9 @@ def _write_report(store: Any, sweep_id: int, directory: Path | None) -> Path:
     """The report's HTML path; :class:`ReportPathError` where it cannot go."""
     from tuner.report import write_report
 
-    target = directory or default_data_dir() / "reports" / f"sweep-{sweep_id}"
+    # By default under the database's digest: two databases' sweep 1 are two reports.
+    target = directory or (default_data_dir() / "reports" / f"db-{database_digest(store.url)}"
+                           / f"sweep-{sweep_id}")
     html, _ = write_report(store, sweep_id, target)
     return Path(html)
 
@@ -347,7 +366,7 @@ def run(
     except REQUEST_ERRORS as exc:
         raise _fail(reason(exc), 2) from None
     try:
-        resolved_space = resolve(request)[0]  # refuse a bad request before any database
+        resolved_space = resolve(request, _operator())[0]  # refused before any database
     except REQUEST_ERRORS as exc:
         raise _fail(reason(exc), 2) from None
     if executor == "virtual" and not ENGINES[resolved_space.engine].simulated:
@@ -365,7 +384,8 @@ def run(
         _check_placement(resolved_space, runner, strict=strict)
         me = new_coordinator_id()
         try:
-            sweep = queue_sweep(store, request, claimed_by=me, executor=runner.choice())
+            sweep = queue_sweep(store, request, claimed_by=me, executor=runner.choice(),
+                                trust=_operator())
         except REQUEST_ERRORS as exc:
             raise _fail(reason(exc), 2) from None
         console = make_console()
@@ -434,12 +454,12 @@ def submit(
                                budget=SweepBudget(max_trials=trials))
         cluster = declared_cluster()
         if cluster is not None:
-            _check_placement(resolve(request)[0], cluster, strict=strict)
+            _check_placement(resolve(request, _operator())[0], cluster, strict=strict)
     except REQUEST_ERRORS as exc:  # a bad request, or SLOTUNE_MAX_NODE_GPUS
         raise _fail(reason(exc), 2) from None
     store, _ = _store(database_url)
     try:
-        sweep = queue_sweep(store, request)
+        sweep = queue_sweep(store, request, trust=_operator())
     except REQUEST_ERRORS as exc:
         raise _fail(reason(exc), 2) from None
     print(sweep.id)
@@ -625,8 +645,8 @@ def best_command(
         print("\t".join((*_BEST_FIELDS, "vllm_command")))
         for r, command in zip(rows, commands, strict=True):
             values = r.model_dump(mode="json")
-            print("\t".join([*("" if values[f] is None else str(values[f])
-                                for f in _BEST_FIELDS), command]))
+            print("\t".join([*(_tsv_cell(values[f]) for f in _BEST_FIELDS),
+                             spreadsheet_cell(command)]))
         return
     console = make_console()
     console.print(_best_table(rows, "best configuration per workload"))

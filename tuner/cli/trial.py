@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from rich.table import Table
 
 from tuner.cli.output import make_console
+from tuner.settings import get_settings
 from tuner.spaces import SearchSpace, SpaceError, load_space
 from workers.contracts import SLO, KnobValue, ObjectiveMode, TrialResult, TrialSpec
 from workers.engines.sim import SimOptions
@@ -79,7 +80,8 @@ def build_spec(space: SearchSpace, sets: list[str], *, workload: str | None, slo
         space = space.allowing_lossy()
     params = {**space.defaults(), **knobs}
     try:
-        chosen = load_workload(workload)[0] if workload else space.resolve_workload()
+        chosen = load_workload(workload, trust=get_settings().trust.for_operator())[0] if workload \
+            else space.resolve_workload()
         chosen_slo = SLO.parse(slo) if slo else space.resolve_slo()
     except (WorkloadError, ValueError) as exc:
         raise UsageError(str(exc)) from None
@@ -140,7 +142,7 @@ def run(
 ) -> None:
     """Run one trial by hand and print its result."""
     try:
-        loaded = load_space(space)
+        loaded = load_space(space, trust=get_settings().trust.for_operator())
         spec, broken = build_spec(loaded, sets or [], workload=workload, slo=slo, mode=mode,
                                   request_rate=request_rate, num_prompts=num_prompts,
                                   time_scale=time_scale, run_id=run_id,

@@ -35,6 +35,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeEngine
+
+from workers.engines.redact import redact_record
 
 __all__ = [
     "BEST_CONFIG_VIEW",
@@ -50,6 +53,7 @@ __all__ = [
     "Base",
     "ExperimentCardRow",
     "JSONType",
+    "RecordJSON",
     "Sweep",
     "SweepStatus",
     "SweepTrial",
@@ -80,8 +84,24 @@ TRIAL_ROLES: tuple[TrialRole, ...] = get_args(TrialRole)
 UNFINISHED_TRIAL_STATUSES: tuple[SweepTrialStatus, ...] = ("pending", "running")
 VERDICTS: tuple[Verdict, ...] = get_args(Verdict)
 
-JSONType = JSON().with_variant(JSONB(), "postgresql")
-"""Portable JSON column type: JSONB on Postgres, JSON (text) elsewhere."""
+class RecordJSON(TypeDecorator[Any]):
+    """A JSON column (JSONB on Postgres, JSON text elsewhere) whose values are redacted on
+    the way in (:func:`workers.engines.redact.redact_record`): the one choke point every
+    record slotune writes passes, so a secret engine argument that reached a space, a
+    spec, a flag set or an argv is stored as ``***`` and no read path can show it."""
+
+    impl = JSON
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        return dialect.type_descriptor(JSONB() if dialect.name == "postgresql" else JSON())
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> Any:
+        return redact_record(value)
+
+
+JSONType = RecordJSON()
+"""Portable JSON column type: JSONB on Postgres, JSON (text) elsewhere; redacted as written."""
 
 
 def utcnow() -> datetime:
@@ -175,7 +195,8 @@ class Sweep(Base):
     claimed_by: Mapped[str | None] = mapped_column(String(200))
     """The coordinator running it."""
     heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    """Last sign of life of ``claimed_by``; a stale one lets another coordinator take over."""
+    """Last sign of life of ``claimed_by``; one that another coordinator has watched stand
+    still for the stale window lets it take over (:mod:`tuner.db.lease_watch`)."""
     lease_epoch: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     """How many times the sweep was claimed; the current holder's writes carry this value
     (a :class:`~tuner.db.records.Lease`) and are refused once a later claim raised it."""

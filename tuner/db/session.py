@@ -61,13 +61,13 @@ def make_db_engine(url: str, *, echo: bool = False) -> Engine:
 
 
 def db_now(session: Session) -> datetime:
-    """The time by the database's clock: the one clock of leases and stored times.
+    """The time by the database's clock: the one clock of stored times.
 
     Coordinators on several hosts disagree about the time (drift, NTP steps, a clock
-    set wrong); a heartbeat written by one and judged stale by another must be read on
-    one clock, or a fast clock takes over live sweeps and a slow one loses its own.
-    Postgres has that clock (``statement_timestamp()``); SQLite has no server, so its
-    clock is this host's, as SQLite's own ``now`` is.
+    set wrong), so every stored start, finish and heartbeat is written on one clock:
+    Postgres' (``statement_timestamp()``); SQLite has no server, so its clock is this
+    host's, as SQLite's own ``now`` is. No lease is judged by comparing it with another
+    clock: a takeover waits for a heartbeat to stand still (:mod:`tuner.db.lease_watch`).
     """
     bind = session.get_bind()
     if bind.dialect.name == "postgresql":

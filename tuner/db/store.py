@@ -14,7 +14,9 @@ Fencing: each claim of a sweep raises its ``lease_epoch`` and hands the claimer 
 :class:`Lease`. Every write a coordinator makes for the sweep and its trials passes that
 lease; the write's transaction first locks the sweep's row on the condition that the lease
 is still current (:func:`_hold`), so a claim either happens before it (the write is
-refused with :class:`LeaseLost`) or waits until it has committed.
+refused with :class:`LeaseLost`) or waits until it has committed. A running sweep changes
+hands when its holder's lease was seen standing still for the stale window on the taker's
+own monotonic clock (:mod:`tuner.db.lease_watch`), never by comparing wall clocks.
 
 The schema comes from the migrations (``slotune db upgrade``); the store never creates it.
 """
@@ -28,7 +30,19 @@ from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any, Literal, Self, TypeVar, cast
 
-from sqlalchemy import ColumnElement, CursorResult, Select, Update, and_, func, or_, select, update
+from sqlalchemy import (
+    ColumnElement,
+    CursorResult,
+    Select,
+    Update,
+    and_,
+    case,
+    func,
+    or_,
+    select,
+    true,
+    update,
+)
 from sqlalchemy.orm import Session, sessionmaker
 
 from tuner.db.errors import (
@@ -39,6 +53,7 @@ from tuner.db.errors import (
     StorageError,
     StorageUnavailable,
 )
+from tuner.db.lease_watch import LeaseSighting, SilenceWatch
 from tuner.db.models import (
     SWEEP_STATUSES,
     UNFINISHED_TRIAL_STATUSES,
@@ -125,6 +140,8 @@ class Store:
         self._url = url
         self._engine = make_db_engine(url, echo=echo)
         self._sessions = sessionmaker(self._engine, expire_on_commit=False)
+        self._watch = SilenceWatch()
+        """What this store saw of other coordinators' leases, and since when."""
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None) -> Store:
@@ -284,50 +301,93 @@ class Store:
         """Make ``coordinator`` the one running this sweep; None if someone else holds it.
 
         A queued sweep is claimed (→ running). A running one is claimed again by the
-        same coordinator (a restart under the same id), or taken over when its holder's
-        heartbeat is older than ``stale_after_s`` (its coordinator died: resume). Every
+        same coordinator (a restart under the same id), or taken over from another: at
+        once with ``stale_after_s=0`` (the user knows its coordinator died), else once
+        this store has seen its lease stand still — holder, epoch and heartbeat unchanged
+        — for ``stale_after_s`` seconds of this process's monotonic clock
+        (:mod:`tuner.db.lease_watch`; no host's wall clock decides). The first call on a
+        lease therefore only starts watching it: call again after the window. Every
         claim starts a new lease (the record's :attr:`~SweepRecord.lease`): writes under
         any earlier one are refused from now on. A sweep that never recorded its
         executor records ``executor`` with the claim.
         """
         with self._session() as session:
-            now = db_now(session)
-            takeover: list[ColumnElement[bool]] = [Sweep.claimed_by == coordinator]
-            if stale_after_s is not None:
-                takeover.append(_silent_since(now - timedelta(seconds=stale_after_s)))
-            claimable = or_(Sweep.status == "queued",
-                            and_(Sweep.status == "running", or_(*takeover)))
-            claimed = _rowcount(session, update(Sweep).where(Sweep.id == sweep_id, claimable)
-                                .values(status="running", claimed_by=coordinator,
-                                        heartbeat_at=now, lease_epoch=Sweep.lease_epoch + 1,
-                                        started_at=func.coalesce(Sweep.started_at, now)))
-            sweep, name = _sweep_with_workload(session, sweep_id)
-            if claimed and sweep.executor is None and executor is not None:
-                sweep.executor = executor.model_dump()
-                session.flush()
-            return _sweep_record(sweep, name) if claimed else None
+            silent = None
+            if stale_after_s:
+                row = session.execute(select(Sweep.status, *_SIGHTING_COLUMNS)
+                                      .where(Sweep.id == sweep_id)).one_or_none()
+                if row is not None and row.status == "running" \
+                        and row.claimed_by != coordinator:
+                    silent = self._silent(sweep_id, _sighting(row), stale_after_s)
+            return self._claim(session, sweep_id, coordinator, forced=stale_after_s == 0,
+                               silent=silent, executor=executor)
 
     def claim_next_sweep(self, coordinator: str, *, stale_after_s: float | None = None,
                          executor: ExecutorChoice | None = None) -> SweepRecord | None:
         """Claim the oldest queued sweep (or orphaned running one, see :meth:`claim_sweep`)
         that ``executor`` may run: one recorded on another kind of executor is left for
-        a resume that names it (its trials would be measured another way)."""
+        a resume that names it (its trials would be measured another way). The executor
+        is matched in the query, so no number of other sweeps hides a claimable one."""
+        here = _runs_on(executor)
         with self._session() as session:
-            filters: list[ColumnElement[bool]] = [Sweep.status == "queued"]
+            queued = session.execute(
+                select(Sweep.id, Sweep.created_at).where(Sweep.status == "queued", here)
+                .order_by(Sweep.created_at, Sweep.id).limit(_CLAIM_BATCH)).all()
+            candidates: list[tuple[datetime, int, LeaseSighting | None]] = [
+                (created, sweep_id, None) for sweep_id, created in queued]
             if stale_after_s is not None:
-                cutoff = db_now(session) - timedelta(seconds=stale_after_s)
-                filters.append(and_(Sweep.status == "running", _silent_since(cutoff)))
-            rows = session.execute(
-                select(Sweep.id, Sweep.executor).where(or_(*filters))
-                .order_by(Sweep.created_at, Sweep.id).limit(20)).all()
-        candidates = [sweep_id for sweep_id, recorded in rows
-                      if executor is None or not recorded or recorded.get("kind") == executor.kind]
-        for sweep_id in candidates:  # another coordinator may win a race: try the next
-            claimed = self.claim_sweep(sweep_id, coordinator, stale_after_s=stale_after_s,
-                                       executor=executor)
+                running = session.execute(
+                    select(Sweep.id, Sweep.created_at, *_SIGHTING_COLUMNS,
+                           case((here, 1), else_=0).label("here"))
+                    .where(Sweep.status == "running")).all()
+                self._watch.keep_only(row.id for row in running)
+                for row in running:
+                    if not row.here:
+                        continue
+                    sighting = _sighting(row)
+                    if stale_after_s == 0 or self._silent(row.id, sighting, stale_after_s):
+                        candidates.append((row.created_at, row.id, sighting))
+        candidates.sort(key=lambda candidate: candidate[:2])
+        for _, sweep_id, silent in candidates:  # another coordinator may win: try the next
+            with self._session() as session:
+                claimed = self._claim(session, sweep_id, coordinator,
+                                      forced=stale_after_s == 0, silent=silent,
+                                      executor=executor)
             if claimed is not None:
                 return claimed
         return None
+
+    def _silent(self, sweep_id: int, sighting: LeaseSighting,
+                stale_after_s: float) -> LeaseSighting | None:
+        """``sighting`` when this store has seen it unchanged for the window, else None."""
+        return sighting if self._watch.silent_for(sweep_id, sighting) >= stale_after_s \
+            else None
+
+    def _claim(self, session: Session, sweep_id: int, coordinator: str, *, forced: bool,
+               silent: LeaseSighting | None,
+               executor: ExecutorChoice | None) -> SweepRecord | None:
+        """One conditional UPDATE: queued, or running and ours, or (taking over) running
+        under exactly the lease seen silent — a heartbeat since makes it match nothing."""
+        now = db_now(session)
+        takeover: list[ColumnElement[bool]] = [Sweep.claimed_by == coordinator]
+        if forced:
+            takeover.append(true())
+        elif silent is not None:
+            takeover.append(_unchanged(silent))
+        claimable = or_(Sweep.status == "queued",
+                        and_(Sweep.status == "running", or_(*takeover)))
+        claimed = _rowcount(session, update(Sweep).where(Sweep.id == sweep_id, claimable)
+                            .values(status="running", claimed_by=coordinator,
+                                    heartbeat_at=now, lease_epoch=Sweep.lease_epoch + 1,
+                                    started_at=func.coalesce(Sweep.started_at, now)))
+        sweep, name = _sweep_with_workload(session, sweep_id)
+        if not claimed:
+            return None
+        self._watch.forget(sweep_id)
+        if sweep.executor is None and executor is not None:
+            sweep.executor = executor.model_dump()
+            session.flush()
+        return _sweep_record(sweep, name)
 
     def heartbeat_sweep(self, lease: Lease) -> None:
         """Say the lease's holder is still running the sweep.
@@ -814,9 +874,35 @@ def _sweep_record(sweep: Sweep, workload_name: str) -> SweepRecord:
     return SweepRecord.model_validate({**columns, "workload": workload_name})
 
 
-def _silent_since(cutoff: datetime) -> ColumnElement[bool]:
-    """The sweep's coordinator has not beaten since ``cutoff`` (or never has)."""
-    return or_(Sweep.heartbeat_at.is_(None), Sweep.heartbeat_at < cutoff)
+_CLAIM_BATCH = 20
+"""Queued sweeps tried per claim (all of them this executor's to run): more than enough
+for the coordinators that race for them."""
+
+_SIGHTING_COLUMNS = (Sweep.claimed_by, Sweep.lease_epoch, Sweep.heartbeat_at)
+
+
+def _sighting(row: Any) -> LeaseSighting:
+    return LeaseSighting(holder=row.claimed_by, epoch=row.lease_epoch,
+                         heartbeat_at=row.heartbeat_at)
+
+
+def _unchanged(seen: LeaseSighting) -> ColumnElement[bool]:
+    """The sweep's lease is still the one ``seen``: same holder, epoch and heartbeat."""
+    return and_(
+        Sweep.claimed_by.is_(None) if seen.holder is None else Sweep.claimed_by == seen.holder,
+        Sweep.lease_epoch == seen.epoch,
+        Sweep.heartbeat_at.is_(None) if seen.heartbeat_at is None
+        else Sweep.heartbeat_at == seen.heartbeat_at)
+
+
+def _runs_on(executor: ExecutorChoice | None) -> ColumnElement[bool]:
+    """The sweep may run on ``executor``: it recorded none (SQL NULL or JSON null) or the
+    same kind. In SQL (``JSON_EXTRACT`` on SQLite, ``->>`` on Postgres), so the filter
+    comes before any LIMIT."""
+    if executor is None:
+        return true()
+    kind = Sweep.executor["kind"].as_string()
+    return or_(kind.is_(None), kind == executor.kind)
 
 
 def _status_timestamps(status: str, now: datetime) -> dict[str, Any]:

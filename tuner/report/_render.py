@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import shlex
 from collections.abc import Sequence
 from html import escape
 from typing import Any
@@ -200,7 +202,7 @@ def render_html(report: SweepReport) -> str:
         parts.append(f"<p>Every probe of every configuration of {e(f.workload)} on "
                      f"{e(f.gpu)} ({len(f.points)} points, under {e(f.slo_text)}): how "
                      "fast a user's tokens arrive against how many one GPU serves. CSV: "
-                     f"<code>slotune frontier -w {e(f.workload)}</code>.</p>")
+                     f"<code>{e(frontier_command(f.workload))}</code>.</p>")
         parts += [f"<p class='muted'>{e(n)}</p>" for n in f.notes]
         parts.append("<div class='charts'>")
         parts += [render_chart(c) for c in frontier_charts(f)]
@@ -357,10 +359,15 @@ def _quality_rows(report: SweepReport) -> tuple[list[str], list[list[str]]]:
              "detail"], rows)
 
 
+def frontier_command(workload: str) -> str:
+    """The command that lists a workload's every probed point, quoted for a shell."""
+    return shlex.join(["slotune", "frontier", "-w", workload])
+
+
 def render_markdown(report: SweepReport) -> str:
     s = report.sweep
-    lines = [f"# Sweep {s.id}: {s.name}", "",
-             *([f"**{report.answer}**", ""] if report.answer else []),
+    lines = [f"# Sweep {s.id}: {_md(s.name)}", "",
+             *([f"**{_md(report.answer)}**", ""] if report.answer else []),
              _md_table(["workload", "model", "GPU", "SLO", "strategy", "mode", "status",
                         "stop reason"],
                        [[s.workload, s.model, s.gpu, _slo_text(report), s.strategy, s.mode,
@@ -380,30 +387,31 @@ def render_markdown(report: SweepReport) -> str:
         lines += [_md_table(["metric", "value"], list(_winner_metrics(report, w).items())), ""]
         sessions = _session_rows(w)
         if sessions is not None:
-            lines += ["### Conversations, turn by turn", "", sessions[0], "",
+            lines += ["### Conversations, turn by turn", "", _md(sessions[0]), "",
                       _md_table(*sessions[1:]), ""]
-        lines += ["Command line:", "", "```sh", report.command or "", "```", ""]
+        lines += ["Command line:", "", _md_fence(report.command or "", "sh"), ""]
     lines += ["## Binding constraint and next step", ""]
     n = report.next_step
     diag = (w.diagnosis if w else None) or {}
-    lines.append(f"**{n.label}**" + (f" — {diag['reason']}" if diag.get("reason") else ""))
+    lines.append(f"**{_md(n.label)}**"
+                 + (f" — {_md(diag['reason'])}" if diag.get("reason") else ""))
     lines.append("")
     evidence = [[k, _val(v)] for k, v in (diag.get("evidence") or {}).items() if v is not None]
     if evidence:
         lines += [_md_table(["evidence", "value"], evidence), ""]
-    lines += [f"**Next step:** {n.action}", ""]
-    lines += [f"- {k}" for k in n.knobs]
+    lines += [f"**Next step:** {_md(n.action)}", ""]
+    lines += [f"- {_md(k)}" for k in n.knobs]
     if n.knobs:
         lines.append("")
     if report.symptoms:
         lines += ["**Symptoms beside the wall:**", ""]
-        lines += [f"- **{s['symptom']}** ({_seen(report, s)}) — {s['next_step']}"
-                  for s in report.symptoms]
+        lines += [f"- **{_md(s['symptom'])}** ({_md(_seen(report, s))}) — "
+                  f"{_md(s['next_step'])}" for s in report.symptoms]
         lines.append("")
     if report.tie_note:
-        lines += [f"> **Ties:** {report.tie_note}", ""]
+        lines += [f"> **Ties:** {_md(report.tie_note)}", ""]
     lines += ["## Quality checks", ""]
-    lines += [f"{'> **Warning:** ' if cls == 'bad' else ''}{text}" for cls, text
+    lines += [f"{'> **Warning:** ' if cls == 'bad' else ''}{_md(text)}" for cls, text
               in _quality_notes(report)]
     if report.quality_checked:
         lines += ["", _md_table(*_quality_rows(report))]
@@ -420,7 +428,7 @@ def render_markdown(report: SweepReport) -> str:
         rows = [[_val(v), counts.get(repr(v), 0), _num(t.goodput), f"#{t.number}",
                  *(_num(t.metric(f"p99_{m}_ms")) for m in LATENCY_METRICS)]
                 for v, t in report.best_per_value(knob)]
-        lines += [f"### {knob}", "", _md_table(headers, rows) if rows else "_no measured "
+        lines += [f"### {_md(knob)}", "", _md_table(headers, rows) if rows else "_no measured "
                   "trials_", ""]
     lines += ["### Pareto front (p99 latency vs throughput)", ""]
     for metric in LATENCY_METRICS:
@@ -433,9 +441,10 @@ def render_markdown(report: SweepReport) -> str:
         f = report.frontier
         lines += ["## Frontier", "",
                   f"Interactivity against output tokens/s per GPU, every probe of every "
-                  f"configuration ({len(f.points)} points, under {f.slo_text}); the Pareto "
-                  "frontier and the winner below (all points: `slotune frontier -w "
-                  f"{f.workload}`).", "", _md_table(*_frontier_rows(f)), "",
+                  f"configuration ({len(f.points)} points, under {_md(f.slo_text)}); the "
+                  "Pareto frontier and the winner below (all points: "
+                  f"{_md_code(frontier_command(f.workload))}).", "",
+                  _md_table(*_frontier_rows(f)), "",
                   "### Capacity per GPU (req/s) under other limits", "",
                   _md_table(*_frontier_grid(f)), ""]
     lines += ["## Experiment cards", ""]
@@ -443,12 +452,13 @@ def render_markdown(report: SweepReport) -> str:
         lines += ["_No experiment cards (not a guided sweep)._", ""]
     for c in report.cards:
         values = _card_values(c)
-        lines += [f"### Step {c.step}: {c.variable} — {c.verdict or 'pending'}", "",
+        lines += [f"### Step {c.step}: {_md(c.variable)} — {_md(c.verdict or 'pending')}", "",
                   _md_table(["field", "value"], _card_fields(c)), ""]
         if values:
             lines += [_md_table(list(_CARD_VALUE_HEADERS), values), ""]
     if report.twin is not None:
-        lines += ["## The twin", "", *(f"{line}  " for line in _twin_lines(report.twin)), "",
+        lines += ["## The twin", "", *(f"{_md(line)}  " for line in _twin_lines(report.twin)),
+                  "",
                   "### Predicted against measured, trial by trial", "",
                   _md_table(*_twin_calls(report.twin)), "",
                   "### Never booted: the twin's ranking", "",
@@ -463,7 +473,7 @@ def render_markdown(report: SweepReport) -> str:
         lines += [_md_table(["infeasible: rule broken", "trials"],
                             sorted(report.infeasible_rules.items())), ""]
     use = report.utilisation
-    lines += ["## Utilisation", "", *(f"{line}  " for line in _utilisation_lines(use)), "",
+    lines += ["## Utilisation", "", *(f"{_md(line)}  " for line in _utilisation_lines(use)), "",
               _md_table(*_utilisation_shares(use)), "", "### Per trial", "",
               _md_table(*_utilisation_trials(use)), ""]
     lines += ["## Trials", "", _md_table(*_trial_rows(report)), ""]
@@ -503,13 +513,37 @@ def _twin_ranking(twin: TwinProgress) -> tuple[list[str], list[list[str]]]:
 
 
 def _md_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    def cell(v: Any) -> str:
-        return str(v).replace("|", "\\|").replace("\n", " ")
-
-    out = ["| " + " | ".join(cell(h) for h in headers) + " |",
+    out = ["| " + " | ".join(_md(h) for h in headers) + " |",
            "|" + "|".join("---" for _ in headers) + "|"]
-    out += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+    out += ["| " + " | ".join(_md(c) for c in row) + " |" for row in rows]
     return "\n".join(out)
+
+
+_MD_INERT = str.maketrans({"&": "&amp;", "<": "&lt;", "\\": "\\\\", "`": "\\`", "[": "\\[",
+                           "]": "\\]", "|": "\\|", "\n": " ", "\r": " "})
+
+
+def _md(value: Any) -> str:
+    """Text (a name, a message: anything a user or an engine wrote) as Markdown that
+    renders as that text: no HTML tag or entity (``<``, ``&``), no link or image (``[``,
+    ``]``), no code span (a backtick), no table cell break (``|``), all on one line."""
+    return str(value).translate(_MD_INERT)
+
+
+def _md_code(text: str) -> str:
+    """``text`` as an inline code span that no backtick inside it can end."""
+    fence = "`" * (_longest_backtick_run(text) + 1)
+    return f"{fence} {' '.join(text.splitlines())} {fence}"
+
+
+def _md_fence(text: str, info: str) -> str:
+    """``text`` as a fenced code block that no line inside it can close."""
+    fence = "`" * max(3, _longest_backtick_run(text) + 1)
+    return f"{fence}{info}\n{text}\n{fence}"
+
+
+def _longest_backtick_run(text: str) -> int:
+    return max((len(run) for run in re.findall(r"`+", text)), default=0)
 
 
 # --- shared ---------------------------------------------------------------------------------

@@ -14,6 +14,13 @@ file of datasheet numbers, ``gpu: ./b200.yaml`` (relative to the space file;
 carry them to the workers; a config.json or device file the simulator cannot use is a
 space error naming the file and the field.
 
+What a space may name depends on who gives it (:mod:`workers.trust`): a file on the
+CLI's machine may name any path and executable; a space posted to the API names files
+inside the operator's data directories and executables the operator registered
+(``engine_binary``, ``quality.command.name``), resolved here and stored resolved. No
+space sets an engine argument that carries a secret (``api_key``, ``hf_token``, …): it
+would be stored and shown; it goes through the worker's environment.
+
 Checked at load time, so a bad space fails in a second instead of after a boot: every
 knob and fixed argument is one the engine takes (or is declared in
 ``allowed_extra_args``); counts (``max_num_seqs``, ``max_model_len``, …) are integers
@@ -61,11 +68,25 @@ from workers.contracts import (
     engine_flags,
 )
 from workers.engines import ENGINES
-from workers.loadgen.workload_files import WorkloadError, load_workload, parse_workload
+from workers.engines.redact import is_secret_arg
+from workers.loadgen.workload_files import (
+    WorkloadError,
+    builtin_workloads,
+    load_workload,
+    parse_workload,
+)
 from workers.safe_yaml import YamlInputError, load_yaml_file
-from workers.sim.catalog import GPUS, ModelSpec, UnknownCatalogEntry, get_gpu, get_model
+from workers.sim.catalog import (
+    GPUS,
+    MODELS,
+    ModelSpec,
+    UnknownCatalogEntry,
+    get_gpu,
+    get_model,
+)
 from workers.sim.device_file import is_device_file
 from workers.sim.model_config import ModelConfigError
+from workers.trust import OPERATOR, Trust, TrustError, trust_of
 
 __all__ = [
     "BUILTIN_RULES",
@@ -344,8 +365,12 @@ class SearchSpace(EngineChoice):
     @classmethod
     def _gpu_name(cls, value: str, info: ValidationInfo) -> str:
         if is_device_file(value):
-            path = _space_path(value, info)
-            get_gpu(str(path))  # refused now, naming the field, not on every worker later
+            trust = trust_of(info)
+            path = trust.path(value, "gpu", _base_dir(info))
+            try:
+                get_gpu(str(path))  # refused now, naming the field, not on every worker later
+            except UnknownCatalogEntry as exc:
+                raise ValueError(trust.public(str(exc), {path: value})) from None
             return str(path)
         try:
             return get_gpu(value).name
@@ -359,22 +384,28 @@ class SearchSpace(EngineChoice):
     @field_validator("model", mode="after")
     @classmethod
     def _model_path(cls, value: str, info: ValidationInfo) -> str:
-        if not value.startswith(("./", "../", "~")):
+        trust = trust_of(info)
+        relative = value.startswith(("./", "../", "~"))
+        if not relative and not (trust.client and value.startswith("/")):
             return value  # a Hugging Face name, or a directory on the workers (absolute)
-        path = _space_path(value, info)
+        path = trust.path(value, "model", _base_dir(info))
         if not (path / "config.json").is_file():
-            raise ValueError(f"model directory {path} has no config.json; give a Hugging "
-                             "Face name or a directory holding the model's files")
+            # as given, never resolved: where a path leads is not for the message to say
+            raise ValueError(f"model directory {value!r} has no config.json; give a "
+                             "Hugging Face name or a directory holding the model's files")
         return str(path)
 
     @field_validator("workload", mode="before")
     @classmethod
-    def _inline_workload(cls, value: object, info: ValidationInfo) -> object:
+    def _workload(cls, value: object, info: ValidationInfo) -> object:
+        trust = trust_of(info)
+        if isinstance(value, str):  # read when a trial spec is made: a client's must ship
+            return trust.shipped(value, "workload", builtin_workloads())
         if isinstance(value, dict):
             context = info.context or {}
             try:
                 return parse_workload(value, "workload", context.get("base_dir"),
-                                      stored=bool(context.get("stored")))
+                                      stored=bool(context.get("stored")), trust=trust)
             except WorkloadError as exc:
                 raise ValueError(str(exc)) from None
         return value
@@ -387,7 +418,7 @@ class SearchSpace(EngineChoice):
         return value
 
     @model_validator(mode="after")
-    def _consistent(self) -> SearchSpace:
+    def _consistent(self, info: ValidationInfo) -> SearchSpace:
         for name, knob in self.knobs.items():
             _check_range(name, knob)
             choices = knob_choices(knob)
@@ -397,8 +428,8 @@ class SearchSpace(EngineChoice):
                                  f"values {choices}; add it (it is tried first)")
             if name in self.fixed:
                 raise ValueError(f"{name!r} is both a knob and a fixed argument; keep one")
-        self._check_device()
-        self._check_engine_args()
+        self._check_device(trust_of(info))
+        self._check_engine_args(stored=bool((info.context or {}).get("stored")))
         known = set(self.knobs) | set(self.fixed) | set(_ENGINE_DEFAULTS)
         known |= {"max_num_seqs", "max_num_batched_tokens", "max_model_len"}
         try:
@@ -408,7 +439,7 @@ class SearchSpace(EngineChoice):
         self._rules = tuple(rules)
         return self
 
-    def _check_device(self) -> None:
+    def _check_device(self, trust: Trust) -> None:
         simulated = ENGINES[self.engine].simulated
         if simulated and self.gpu not in GPUS and not is_device_file(self.gpu):
             raise ValueError(f"gpu {self.gpu!r}: the simulated engine models catalogue GPUs "
@@ -422,12 +453,32 @@ class SearchSpace(EngineChoice):
             try:
                 get_model(self.model)
             except ModelConfigError as exc:
-                raise ValueError(str(exc)) from None  # names the file and the field
+                raise ValueError(trust.public(str(exc))) from None  # the file and the field
             except UnknownCatalogEntry as exc:
+                if trust.client:  # not where the server keeps its Hugging Face cache
+                    raise ValueError(
+                        f"unknown model {self.model!r}; valid: {', '.join(sorted(MODELS))}, "
+                        "a Hugging Face name cached on the server, or a model directory "
+                        "in the data directories (./name) (engine: vllm serves any model)"
+                    ) from None
                 raise ValueError(f"{exc} (engine: vllm serves any model)") from None
 
-    def _check_engine_args(self) -> None:
-        """Every argument is one the engine takes, with a plausible value."""
+    def _check_engine_args(self, *, stored: bool) -> None:
+        """Every argument is one the engine takes, with a plausible value, and none
+        carries a secret (a space is stored and shown to every reader; a space stored
+        before this rule still loads). A flag (``hf_token: true``: use the worker's
+        login) carries none."""
+        values = {**{n: [v] for n, v in self.fixed.items()},
+                  **{n: knob_choices(k) or [""] for n, k in self.knobs.items()}}
+        secret = sorted(name for name, given in values.items() if is_secret_arg(name)
+                        and any(not isinstance(v, bool | None) for v in given))
+        if secret and not stored:
+            raise ValueError(
+                f"{', '.join(secret)}: an engine argument that carries a secret is never "
+                "part of a space (spaces and trials are stored and shown to every reader); "
+                "pass it through the worker's environment instead (vLLM reads "
+                "VLLM_API_KEY for --api-key and HF_TOKEN for --hf-token; the engine "
+                "inherits the worker's VLLM_* and HF_* variables)")
         known = ENGINES[self.engine].known_args | set(self.allowed_extra_args)
         unknown = sorted((set(self.knobs) | set(self.fixed)) - known)
         if unknown:
@@ -606,11 +657,11 @@ CPU_DEVICE = "cpu"
 _LABEL = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 
 
-def _space_path(value: str, info: ValidationInfo) -> Path:
-    """A path a space gives (``./x``, ``~/x``, ``/abs``), absolute: a relative one is taken
-    from the space file's directory (``base_dir`` in the validation context)."""
-    base = (info.context or {}).get("base_dir") or Path.cwd()
-    return (Path(base) / Path(value).expanduser()).resolve()
+def _base_dir(info: ValidationInfo) -> Path | None:
+    """The space file's directory (``base_dir`` in the validation context), from which
+    the operator's relative paths are taken."""
+    base = (info.context or {}).get("base_dir")
+    return Path(base) if base is not None else None
 
 
 # --- loading -----------------------------------------------------------------------------
@@ -637,29 +688,44 @@ def _format(exc: ValidationError, where: str) -> str:
 
 
 def parse_space(data: Any, where: str = "space", base_dir: Path | None = None, *,
-                stored: bool = False) -> SearchSpace:
+                stored: bool = False, trust: Trust = OPERATOR) -> SearchSpace:
     """Validate loaded YAML data; errors name ``where`` and the field.
 
     ``base_dir`` (the space file's directory) is where an inline workload's trace may live.
     ``stored`` reads a space slotune stored after checking it at the edge: its trace
     paths passed the trace rule then and are not judged again (the coordinator that
-    runs it need not share the submitter's ``$SLOTUNE_HOME``).
+    runs it need not share the submitter's ``$SLOTUNE_HOME``). ``trust`` says who gives
+    the space, so what its fields may name (:mod:`workers.trust`): the operator by
+    default, an API client at the API.
     """
     if not isinstance(data, dict):
         raise SpaceError(f"{where}: a search space is a mapping of fields, "
                          f"got {type(data).__name__}")
     try:
-        return SearchSpace.model_validate(data, context={"base_dir": base_dir,
-                                                         "stored": stored})
+        return SearchSpace.model_validate(data, context=trust.context(base_dir=base_dir,
+                                                                      stored=stored))
     except ValidationError as exc:
-        raise SpaceError(_format(exc, where)) from None
+        raise SpaceError(trust.public(_format(exc, where))) from None
 
 
-def load_space(name_or_path: str | Path, folder: Path | None = None) -> SearchSpace:
-    """A space by file path, or by name from ``search_spaces/`` (``lab`` → ``lab.yaml``)."""
+SHIPPED_SPACES = Path(__file__).resolve().parents[2] / "search_spaces"
+
+
+def load_space(name_or_path: str | Path, folder: Path | None = None, *,
+               trust: Trust = OPERATOR) -> SearchSpace:
+    """A space by file path, or by name from ``search_spaces/`` (``lab`` → ``lab.yaml``).
+
+    A client (``trust``) names a shipped space only; the file, shipped, is the operator's.
+    """
+    base = folder or SHIPPED_SPACES
+    if trust.client:
+        shipped = [p.stem for p in base.glob("*.yaml")] if base.is_dir() else []
+        try:
+            name_or_path = trust.shipped(str(name_or_path), "space", shipped)
+        except TrustError as exc:
+            raise SpaceError(str(exc)) from None
     path = Path(name_or_path)
     if not path.suffix and not path.exists():
-        base = folder or Path(__file__).resolve().parents[2] / "search_spaces"
         path = base / f"{name_or_path}.yaml"
         if not path.is_file():
             valid = sorted(p.stem for p in base.glob("*.yaml")) if base.is_dir() else []

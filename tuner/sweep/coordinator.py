@@ -62,7 +62,7 @@ from tuner.sweep.card_sync import sync_cards
 from tuner.sweep.confirming import SweepConfirmation
 from tuner.sweep.executors import ExecutorLost, TrialExecutor
 from tuner.sweep.launch_queue import Attempt, Baseline, LaunchQueue
-from tuner.sweep.launcher import GpuShare, Launched, TrialLauncher, retry_as
+from tuner.sweep.launcher import GpuShare, InputFailure, Launched, TrialLauncher, retry_as
 from tuner.sweep.log import SweepEvents, SweepLog
 from tuner.sweep.progress import Phase, SweepProgress, sweep_progress
 from tuner.sweep.recorder import HEARTBEAT_S, TRANSIENT_STORAGE_ERRORS, SweepRecorder
@@ -80,11 +80,14 @@ __all__ = ["HEARTBEAT_S", "STALE_AFTER_S", "TRANSIENT_STORAGE_ERRORS", "Budget",
 log = logging.getLogger(__name__)
 
 STALE_AFTER_S = 15.0
-"""A running sweep whose coordinator has not beaten for this long may be taken over
-(heartbeats come every few seconds, so this is several missed beats)."""
+"""A running sweep whose heartbeat this coordinator has seen stand still for this long
+(on its own monotonic clock, :mod:`tuner.db.lease_watch`) may be taken over: heartbeats
+come every few seconds, so this is several missed beats."""
+WATCH_POLL_S = 1.0
+"""How often ``run_sweep`` looks again at a lease it is waiting to see go silent."""
 CLOCK_SKEW_WARN_S = 5.0
-"""A host clock this far from the database's is said once at start: leases and stored
-times are on the database's clock, so the coordinator works, but its log's times are off."""
+"""A host clock this far from the database's is said once at start: no lease depends on
+it, but this coordinator's log times and the stored ones disagree."""
 
 ProgressFn = Callable[[dict[str, Any]], None]
 
@@ -174,6 +177,14 @@ class SweepRunner:
             return final
         except LeaseLost as exc:
             self.recorder.fenced_out(exc)
+            return self.store.get_sweep(self.sweep.id)
+        except InputFailure as exc:
+            # Not this coordinator's fault, nor a configuration's: stopped, with the file's
+            # one line, its trials lost, to run again once the file is fixed (resume).
+            if not self.lease_lost:
+                reason = f"input error: {str(exc)[:400]}; fix the file, then resume the sweep"
+                log.error("sweep %s stopped: %s", self.sweep.id, reason)
+                self._abandon(reason)
             return self.store.get_sweep(self.sweep.id)
         except ExecutorLost as exc:
             if not self.lease_lost:
@@ -398,9 +409,9 @@ class Coordinator:
         skew = self.store.clock_skew_s()
         self._clock_checked = True
         if abs(skew) > CLOCK_SKEW_WARN_S:
-            log.warning("this host's clock is %.0f s %s the database's; leases and stored "
-                        "times follow the database's clock, so sweeps are safe, but this "
-                        "log's times are off (check NTP on this host)", abs(skew),
+            log.warning("this host's clock is %.0f s %s the database's; no lease reads a "
+                        "wall clock and stored times are the database's, so sweeps are "
+                        "safe, but this log's times are off (check NTP on this host)", abs(skew),
                         "ahead of" if skew > 0 else "behind")
 
     def run_sweep(self, sweep_id: int, on_progress: ProgressFn | None = None, *,
@@ -412,14 +423,7 @@ class Coordinator:
         when another coordinator took it over while this one ran it.
         """
         self._check_clock()
-        sweep = self.store.claim_sweep(sweep_id, self.coordinator_id,
-                                       stale_after_s=0.0 if takeover else STALE_AFTER_S,
-                                       executor=self.placement)
-        if sweep is None:
-            current = self.store.get_sweep(sweep_id)
-            raise Conflict(f"sweep {sweep_id} is {current.status}"
-                           + (f" (held by {current.claimed_by})" if current.claimed_by else "")
-                           + "; it cannot be run now")
+        sweep = self._claim_one(sweep_id, takeover=takeover)
         runner = SweepRunner(self.store, sweep, self.executor,
                              coordinator_id=self.coordinator_id,
                              database_url=self.database_url, share=self.share,
@@ -431,6 +435,37 @@ class Coordinator:
                             "ended); it goes on there, and this one stopped without "
                             "touching it")
         return final
+
+    def _claim_one(self, sweep_id: int, *, takeover: bool) -> SweepRecord:
+        """Claim the sweep for :meth:`run_sweep`. One running under another coordinator is
+        taken over at once with ``takeover``; else this waits up to one stale window,
+        watching its heartbeat: standing still the whole time, it is taken over (its
+        coordinator died); moving, the sweep is alive elsewhere (:class:`Conflict`)."""
+        first: tuple[str | None, int, datetime | None] | None = None
+        deadline = time.monotonic() + STALE_AFTER_S + 3 * WATCH_POLL_S
+        while True:
+            sweep = self.store.claim_sweep(sweep_id, self.coordinator_id,
+                                           stale_after_s=0.0 if takeover else STALE_AFTER_S,
+                                           executor=self.placement)
+            if sweep is not None:
+                return sweep
+            current = self.store.get_sweep(sweep_id)
+            seen = (current.claimed_by, current.lease_epoch, current.heartbeat_at)
+            alive = first is not None and seen != first
+            if takeover or current.status != "running" or alive \
+                    or time.monotonic() >= deadline:
+                held = f" (held by {current.claimed_by})" if current.claimed_by else ""
+                hint = ("; its coordinator's heartbeat is live: if that coordinator is dead "
+                        "after all, take the sweep over with --takeover"
+                        if current.status == "running" and not takeover else "")
+                raise Conflict(f"sweep {sweep_id} is {current.status}{held}; it cannot be run "
+                               f"now{hint}")
+            if first is None:
+                first = seen
+                log.warning("sweep %s is held by %s; waiting up to %.0f s to see its "
+                            "heartbeat stand still before taking it over (--takeover: now)",
+                            sweep_id, current.claimed_by, STALE_AFTER_S)
+            time.sleep(WATCH_POLL_S)
 
     def serve(self, *, poll_s: float = 2.0, once: bool = False,
               stop: threading.Event | None = None, start_wait_s: float | None = None) -> None:

@@ -7,7 +7,9 @@ whether to go on (the budget) and what to store (the runner):
 * :class:`TrialLauncher` reserves a spec's GPUs in that share, submits it, knows what is
   in flight and gives the GPUs back as results come in;
 * :func:`retry_as` decides, by failure class and never by message text, whether a finished
-  attempt says something about the configuration or is to be run again.
+  attempt says something about the configuration or is to be run again; an input error
+  (:data:`~workers.contracts.INPUT_FAILURES`) says neither, and stops the sweep
+  (:class:`InputFailure`).
 
 Nothing here touches the database, so each part is tested with the virtual executor alone.
 """
@@ -20,13 +22,18 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from tuner.sweep.executors import TrialExecutor
-from workers.contracts import TRANSIENT_FAILURES, TrialResult, TrialSpec
+from workers.contracts import INPUT_FAILURES, TRANSIENT_FAILURES, TrialResult, TrialSpec
 from workers.loadgen.result import slotune_fields
 
 MAX_ATTEMPTS = 3
 """A configuration whose attempt said nothing about it is run this many times in all."""
 
 T = TypeVar("T")
+
+
+class InputFailure(Exception):
+    """A trial could not read the sweep's input (its workload's file): every trial would
+    fail the same way, so the sweep stops with the file's message, nothing retried."""
 
 
 class GpuShare:
@@ -179,7 +186,8 @@ class TrialLauncher(Generic[T]):
         self.submit(spec, tag)
 
     def wait(self, timeout_s: float) -> list[tuple[Launched[T], TrialResult]]:
-        """What finished within ``timeout_s``; their GPUs are given back."""
+        """What finished within ``timeout_s``; their GPUs are given back.
+        :class:`InputFailure` when one could not read the sweep's input."""
         if not self._in_flight:
             return []
         out = []
@@ -188,6 +196,8 @@ class TrialLauncher(Generic[T]):
             if launched is None:
                 continue  # cancelled meanwhile
             self.share.release(self.sweep_id, launched.spec.gpus)
+            if result.failure in INPUT_FAILURES:
+                raise InputFailure(result.failure_message or result.failure)
             out.append((launched, result))
         return out
 

@@ -22,6 +22,7 @@ from tuner.twin.model import Twin
 from workers.contracts import SLO, ObjectiveMode, Workload
 from workers.loadgen import WorkloadError, load_workload
 from workers.loadgen.workload_files import parse_workload
+from workers.trust import OPERATOR, Trust
 
 __all__ = ["SweepBudget", "SweepRequest", "queue_sweep", "resolve_space", "stored_space"]
 
@@ -116,9 +117,12 @@ class SweepRequest(_Request):
         return value
 
 
-def resolve_space(space: str | dict[str, Any]) -> SearchSpace:
-    """The space a request names (raises SpaceError with the file and field)."""
-    return parse_space(space, "space") if isinstance(space, dict) else load_space(space)
+def resolve_space(space: str | dict[str, Any], trust: Trust = OPERATOR) -> SearchSpace:
+    """The space a request names (raises SpaceError with the file and field), as ``trust``
+    lets it name files and executables (:mod:`workers.trust`)."""
+    if isinstance(space, dict):
+        return parse_space(space, "space", trust=trust)
+    return load_space(space, trust=trust)
 
 
 def stored_space(space: dict[str, Any]) -> SearchSpace:
@@ -126,15 +130,19 @@ def stored_space(space: dict[str, Any]) -> SearchSpace:
     return parse_space(space, "stored space", stored=True)
 
 
-def resolve(request: SweepRequest) -> tuple[SearchSpace, Workload, SLO]:
-    """Space, workload and SLO of a request, with overrides applied (ValueError if bad)."""
-    space = resolve_space(request.space)
+def resolve(request: SweepRequest, trust: Trust = OPERATOR) -> tuple[SearchSpace, Workload, SLO]:
+    """Space, workload and SLO of a request, with overrides applied (ValueError if bad).
+
+    ``trust`` says who asks: the operator (the CLI, by default) or an API client, whose
+    request names no server file and no executable of its own (:mod:`workers.trust`).
+    """
+    space = resolve_space(request.space, trust)
     if request.workload is None:
         workload = space.resolve_workload()
     elif isinstance(request.workload, dict):
-        workload = parse_workload(request.workload, "workload")
+        workload = parse_workload(request.workload, "workload", trust=trust)
     else:
-        workload = load_workload(request.workload)[0]
+        workload = load_workload(request.workload, trust=trust)[0]
     slo = SLO.parse(request.slo) if request.slo else space.resolve_slo()
     if request.mode is not None or request.workload is not None or request.slo is not None:
         # The stored space carries what the sweep runs, so a resumed sweep runs the same.
@@ -148,11 +156,13 @@ def resolve(request: SweepRequest) -> tuple[SearchSpace, Workload, SLO]:
 
 
 def queue_sweep(store: Store, request: SweepRequest, *, claimed_by: str | None = None,
-                executor: ExecutorChoice | None = None) -> SweepRecord:
+                executor: ExecutorChoice | None = None,
+                trust: Trust = OPERATOR) -> SweepRecord:
     """Store a ``queued`` sweep for a coordinator to run (or, with ``claimed_by``, one
     already ``running`` under that coordinator on ``executor``: ``sweep run`` in the
-    foreground)."""
-    space, workload, slo = resolve(request)
+    foreground). ``trust``: who asks (:func:`resolve`); what is stored holds the
+    operator's paths and commands a client's names resolved to."""
+    space, workload, slo = resolve(request, trust)
     return store.create_sweep(
         name=request.name or f"{space.name}-{request.strategy}",
         workload=workload, slo=slo,

@@ -43,6 +43,7 @@ import asyncio
 import contextlib
 import enum
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -65,11 +66,14 @@ from workers.engines.process import (
     die_with_parent,
     free_port,
     log_budget_bytes,
+    start_group_reaper,
 )
 from workers.engines.redact import argv_secrets, redact, redact_argv
 
 if TYPE_CHECKING:
     from workers.gpu import GPUProbe
+
+log = logging.getLogger(__name__)
 
 BASE_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV")
 """Variables every engine inherits; anything else must be on the spec's allow-list."""
@@ -283,6 +287,12 @@ class EngineAdapter(abc.ABC):
             raise EngineFailure(
                 "crashed", f"cannot run the {self.kind} engine {argv[0]!r}: "
                 f"{exc.strerror or exc}; {self.binary_hint()}") from exc
+        try:
+            self._reaper: subprocess.Popen[bytes] | None = start_group_reaper(self.proc.pid)
+        except OSError as exc:  # the engine itself still dies with us; its children may not
+            log.warning("trial %s: no reaper for the engine's process group (%s)",
+                        self.spec.run_id, exc.strerror or exc)
+            self._reaper = None
         assert self.proc.stdout is not None
         self._pump = LogPump(self.proc.stdout, self.log_path, log_budget_bytes(),
                              preamble="".join(f"[slotune] {note}\n" for note in self.notes))
@@ -348,6 +358,10 @@ class EngineAdapter(abc.ABC):
         self._signal_group(signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=grace)
+        reaper, self._reaper = getattr(self, "_reaper", None), None
+        if reaper is not None:  # the group is gone: nothing left for it to guard
+            reaper.kill()
+            reaper.wait()
         pump = getattr(self, "_pump", None)
         if pump is not None:
             pump.join(timeout=grace)

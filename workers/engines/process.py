@@ -1,4 +1,5 @@
-"""Process machinery for engine servers: the log pump, dying with the parent, free ports.
+"""Process machinery for engine servers: the log pump, dying with the parent (the engine
+and its whole process group), free ports.
 
 Generic: nothing here knows an engine. The adapter contract (:mod:`workers.engines.base`)
 starts its server with these.
@@ -10,13 +11,15 @@ import ctypes
 import os
 import signal
 import socket
+import subprocess
 import sys
 import threading
 from collections import deque
 from pathlib import Path
 from typing import IO
 
-__all__ = ["LOG_TAIL_LINES", "LogPump", "die_with_parent", "free_port", "log_budget_bytes"]
+__all__ = ["LOG_TAIL_LINES", "LogPump", "die_with_parent", "free_port", "log_budget_bytes",
+           "start_group_reaper"]
 
 LOG_TAIL_LINES = 40
 DEFAULT_LOG_BUDGET_BYTES = 32 << 20
@@ -102,10 +105,33 @@ def die_with_parent() -> None:  # pragma: no cover - runs in the child before ex
 
     The engine runs in its own session (so teardown can kill its whole group), which
     also means a killed Ray worker would otherwise leave it running, holding the GPU.
+    This reaches the engine's own process only; :func:`start_group_reaper` takes the
+    rest of its group.
     """
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+_REAPER = Path(__file__).with_name("_group_reaper.py")
+_REAPER_ENV = ("PATH", "LD_LIBRARY_PATH")
+"""All the reaper is given of the environment: it carries no trial's marker
+(``SLOTUNE_RUN_ID``), so nothing counts it as an engine."""
+
+
+def start_group_reaper(pgid: int) -> subprocess.Popen[bytes]:
+    """A small process that SIGKILLs process group ``pgid`` if this process dies.
+
+    :func:`die_with_parent` reaches the engine's own process only; what the engine
+    started lives on without this (:mod:`workers.engines._group_reaper`). The caller
+    stops it (``kill``, ``wait``) once the group is torn down. Raises ``OSError`` when
+    it cannot start.
+    """
+    return subprocess.Popen(
+        [sys.executable, "-I", "-S", str(_REAPER), str(pgid), str(os.getpid())],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={k: os.environ[k] for k in _REAPER_ENV if k in os.environ},
+        start_new_session=True)  # not in the trial's group: a ^C to it spares the reaper
 
 
 def free_port() -> int:

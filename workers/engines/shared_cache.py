@@ -24,7 +24,10 @@ caches live in one directory per node instead of in each trial's temporary direc
   entries, while different configurations boot in parallel. The kernel drops a ``flock``
   when its holder dies, so a killed trial never leaves a stale lock. The wait is part of
   the trial's boot time and is bounded by its start-up timeout; past that, the trial
-  boots with its own caches rather than wait on.
+  boots with its own caches rather than wait on. A lock entry that is not a regular file
+  (a directory, a FIFO, a symlink, which is never followed: the lock truncates its file)
+  is :class:`BootLockUnusable`, and the trial boots with its own caches, as it does for
+  an unusable folder.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import fcntl
 import hashlib
 import json
 import os
+import stat
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -47,6 +51,7 @@ __all__ = [
     "CACHE_OFF",
     "ENGINE_CACHE_ENV",
     "BootLock",
+    "BootLockUnusable",
     "SharedCacheUnusable",
     "boot_key",
     "engine_cache_dir",
@@ -68,6 +73,17 @@ class SharedCacheUnusable(Exception):
             f"the shared engine cache {path} cannot be used ({reason}); set "
             f"{ENGINE_CACHE_ENV} to a writable directory, or to '{CACHE_OFF}' to keep each "
             "trial's caches in its own directory")
+        self.path = path
+
+
+class BootLockUnusable(SharedCacheUnusable):
+    """A boot's lock entry is there but is not a regular file the lock can use."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        Exception.__init__(
+            self, f"the compile-cache lock {path} cannot be used ({reason}); remove it, or "
+            f"set {ENGINE_CACHE_ENV} to another directory (or to '{CACHE_OFF}' to keep each "
+            "trial's caches in its own directory)")
         self.path = path
 
 
@@ -129,7 +145,7 @@ class BootLock:
         """
         if self._file is not None:
             raise RuntimeError(f"{self.path} is already held")
-        handle = self.path.open("a+")
+        handle = self._open()
         deadline = time.monotonic() + timeout_s
         told = False
         try:
@@ -156,6 +172,25 @@ class BootLock:
         handle.flush()
         self._file = handle
         return True
+
+    def _open(self) -> IO[str]:
+        """The lock file, created if missing; :class:`BootLockUnusable` for an entry that
+        is not a regular file. Never through a symlink (the holder truncates the file),
+        and without blocking on a FIFO."""
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        try:
+            fd = os.open(self.path, flags, 0o644)
+        except OSError as exc:
+            reason = ("a symlink, which is not followed" if self.path.is_symlink()
+                      else exc.strerror or str(exc))
+            raise BootLockUnusable(self.path, reason) from exc
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            kind = "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
+            raise BootLockUnusable(self.path, kind)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "r+")
 
     def holder(self) -> str:
         """Who holds (or last held) the lock, as its holder wrote it; "" if unknown."""

@@ -41,7 +41,7 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 
 from workers.engine_options import EngineOptions
 from workers.engines._log_patterns import engine_initialized
@@ -49,10 +49,12 @@ from workers.engines.base import EngineAdapter, flag_args
 from workers.engines.shared_cache import (
     LOCK_POLL_S,
     BootLock,
+    BootLockUnusable,
     SharedCacheUnusable,
     boot_key,
     engine_cache_dir,
 )
+from workers.trust import trust_of
 
 if TYPE_CHECKING:
     from workers.gpu import GPUProbe
@@ -113,7 +115,14 @@ class VllmOptions(EngineOptions):
 
     engine_binary: str | None = Field(None, min_length=1)
     """The ``vllm`` executable, as the workers see it; None: the worker's
-    ``SLOTUNE_VLLM_BIN``, else ``vllm`` on PATH."""
+    ``SLOTUNE_VLLM_BIN``, else ``vllm`` on PATH. A name the operator registered
+    (``SLOTUNE_ENGINE_BINARIES``) is stored as its path; over the API only such a name is
+    taken (:mod:`workers.trust`)."""
+
+    @field_validator("engine_binary")
+    @classmethod
+    def _registered_or_the_operators(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return None if value is None else trust_of(info).executable(value, "engine_binary")
 
 
 class VllmEngine(EngineAdapter):
@@ -202,8 +211,13 @@ class VllmEngine(EngineAdapter):
             return
         lock = BootLock(folder / "locks" / f"{self.compile_key()}.lock")
         began = time.monotonic()
-        held = await lock.acquire(timeout_s, owner=f"trial {self.spec.run_id}",
-                                  on_wait=self.notes.append)
+        try:
+            held = await lock.acquire(timeout_s, owner=f"trial {self.spec.run_id}",
+                                      on_wait=self.notes.append)
+        except BootLockUnusable as exc:
+            self._use_own_caches(f"{exc}; this trial keeps its caches in its own directory")
+            yield
+            return
         waited = self.turn_wait_s = time.monotonic() - began
         if not held:
             self._use_own_caches(

@@ -29,7 +29,7 @@ import itertools
 import json
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -55,6 +55,7 @@ __all__ = [
     "DatasetError",
     "RequestSpec",
     "TextTokenizer",
+    "check_dataset_file",
     "dataset_kinds",
     "sample_requests",
     "sample_run",
@@ -241,23 +242,9 @@ def _conversations(cfg: MultiTurnDataset, n: int, seed: int, stream: int, files:
     """Sessions from a ShareGPT file's conversations: human turns as messages, each reply's
     length as that turn's output (:class:`MultiTurnDataset`)."""
     assert cfg.path is not None
-    path, data = _sharegpt_file(cfg.path, files)
-    sessions: list[list[tuple[str, int]]] = []
-    for entry in data:
-        turns = entry.get("conversations") if isinstance(entry, dict) else None
-        pairs: list[tuple[str, int]] = []
-        for ask, reply in zip(turns[::2], turns[1::2], strict=False) if isinstance(
-                turns, list) else ():
-            ask_text = ask.get("value") if isinstance(ask, dict) else None
-            reply_text = reply.get("value") if isinstance(reply, dict) else None
-            if not isinstance(ask_text, str) or not isinstance(reply_text, str):
-                break
-            pairs.append((ask_text, max(1, files.tokenizer.count(reply_text))))
-        if len(pairs) >= cfg.min_turns:
-            sessions.append(pairs[:cfg.max_turns])
-    if not sessions:
-        raise DatasetError(f"ShareGPT file {path}: no conversation with at least "
-                           f"{cfg.min_turns} human turns each answered (min_turns)")
+    path = files.resolve(cfg.path)
+    sessions = _sessions(cfg, files.read(path, "ShareGPT"), files.tokenizer,
+                         f"ShareGPT file {path}")
     random.Random(seed).shuffle(sessions)
     if stream == WARMUP_STREAM:  # from the other end: nothing measured is warmed into the cache
         sessions = [pairs[:1] for pairs in reversed(sessions)]
@@ -276,6 +263,29 @@ def _conversations(cfg: MultiTurnDataset, n: int, seed: int, stream: int, files:
     return out
 
 
+def _sessions(cfg: MultiTurnDataset, text: str, tokenizer: TextTokenizer,
+              label: str) -> list[list[tuple[str, int]]]:
+    """A ShareGPT file's conversations as sessions: (message, reply length) per human
+    turn, up to ``max_turns``; those with fewer than ``min_turns`` are skipped."""
+    sessions: list[list[tuple[str, int]]] = []
+    for entry in _sharegpt_entries(text, label):
+        turns = entry.get("conversations") if isinstance(entry, dict) else None
+        pairs: list[tuple[str, int]] = []
+        for ask, reply in zip(turns[::2], turns[1::2], strict=False) if isinstance(
+                turns, list) else ():
+            ask_text = ask.get("value") if isinstance(ask, dict) else None
+            reply_text = reply.get("value") if isinstance(reply, dict) else None
+            if not isinstance(ask_text, str) or not isinstance(reply_text, str):
+                break
+            pairs.append((ask_text, max(1, tokenizer.count(reply_text))))
+        if len(pairs) >= cfg.min_turns:
+            sessions.append(pairs[:cfg.max_turns])
+    if not sessions:
+        raise DatasetError(f"{label}: no conversation with at least {cfg.min_turns} human "
+                           "turns each answered (min_turns)")
+    return sessions
+
+
 def _think(cfg: MultiTurnDataset, rng: random.Random) -> float:
     if cfg.think_time == "constant" or cfg.think_time_s == 0:
         return cfg.think_time_s
@@ -286,21 +296,68 @@ def _trace(
     cfg: TraceDataset, n: int, seed: int, stream: int, files: _Files
 ) -> list[RequestSpec]:
     path = files.resolve(cfg.path)
-    lines = files.read(path, "trace").splitlines()
     _shared, rng = _rngs(seed, stream)
     entries: list[RequestSpec] = []
-    for lineno, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        entries.append(_trace_entry(line, f"{path}:{lineno}", rng, cfg.use_trace_arrivals))
-    if not entries:
-        raise DatasetError(f"trace file {path}: holds no requests")
+    for row in _trace_rows(files.read(path, "trace"), str(path), cfg.use_trace_arrivals):
+        if row.prompt is None:
+            spec = _synthetic(_ids(rng, row.prompt_len), row.output_len)
+            entries.append(RequestSpec(spec.prompt, spec.prompt_len, row.output_len,
+                                       row.arrival, spec.word_ids))
+        else:
+            entries.append(RequestSpec(row.prompt, row.prompt_len, row.output_len, row.arrival))
     if stream == WARMUP_STREAM:  # warm up on the trace's own requests, sent back to back
         return [
             RequestSpec(e.prompt, e.prompt_len, e.output_len, word_ids=e.word_ids)
             for e in entries[:n]
         ]
     return entries[:n]
+
+
+@dataclass(frozen=True, slots=True)
+class _TraceRow:
+    prompt: str | None
+    """The line's text (None: ``prompt_len`` tokens of the seed's words)."""
+    prompt_len: int
+    output_len: int
+    arrival: float | None
+
+
+def _trace_rows(text: str, label: str, arrivals: bool) -> list[_TraceRow]:
+    """Every request of a ``trace`` file, each line checked."""
+    rows: list[_TraceRow] = []
+    for lineno, line in _lines(text):
+        where = f"{label}: line {lineno}"
+        row = _json_object(line, where)
+        offset = row.get("offset_s", row.get("timestamp"))
+        output_len = row.get("output_len")
+        if not isinstance(output_len, int) or isinstance(output_len, bool) or output_len < 1:
+            raise DatasetError(f"{where}: field 'output_len' must be an integer >= 1, got "
+                               f"{_kind(output_len)}")
+        if arrivals and (not isinstance(offset, int | float) or isinstance(offset, bool)
+                         or not 0 <= offset < math.inf):
+            raise DatasetError(f"{where}: field 'offset_s' must be a number >= 0, got "
+                               f"{_kind(offset)}")
+        arrival = float(offset) if arrivals and isinstance(offset, int | float) else None
+        prompt, prompt_len = row.get("prompt"), row.get("prompt_len")
+        if isinstance(prompt, str):
+            counted = prompt_len if isinstance(prompt_len, int) else len(prompt.split())
+            rows.append(_TraceRow(prompt, counted, output_len, arrival))
+        elif isinstance(prompt_len, int) and not isinstance(prompt_len, bool) \
+                and 1 <= prompt_len <= MAX_TOKENS:
+            rows.append(_TraceRow(None, prompt_len, output_len, arrival))
+        else:
+            raise DatasetError(f"{where}: needs 'prompt' (text) or 'prompt_len' (an integer "
+                               f"in [1, {MAX_TOKENS}])")
+    if not rows:
+        raise DatasetError(f"{label}: holds no requests")
+    return rows
+
+
+def _lines(text: str) -> Iterator[tuple[int, str]]:
+    """The non-blank lines of a JSONL file, numbered from 1."""
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            yield lineno, line
 
 
 def _json_object(line: str, where: str) -> dict[str, Any]:
@@ -310,33 +367,32 @@ def _json_object(line: str, where: str) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         raise DatasetError(f"{where}: not valid JSON ({exc.msg})") from exc
     if not isinstance(row, dict):
-        raise DatasetError(f"{where}: expected a JSON object, got {type(row).__name__}")
+        raise DatasetError(f"{where}: expected a JSON object, got {_kind(row)}")
     return row
 
 
-def _trace_entry(line: str, where: str, rng: np.random.Generator, arrivals: bool) -> RequestSpec:
-    row = _json_object(line, where)
-    offset = row.get("offset_s", row.get("timestamp"))
-    output_len = row.get("output_len")
-    if not isinstance(output_len, int) or isinstance(output_len, bool) or output_len < 1:
-        raise DatasetError(
-            f"{where}: field 'output_len' must be an integer >= 1, got {output_len!r}"
-        )
-    if arrivals and (not isinstance(offset, int | float) or isinstance(offset, bool) or offset < 0):
-        raise DatasetError(f"{where}: field 'offset_s' must be a number >= 0, got {offset!r}")
-    if isinstance(row.get("prompt"), str):
-        prompt = row["prompt"]
-        prompt_len = len(prompt.split())
-        if isinstance(row.get("prompt_len"), int):
-            prompt_len = row["prompt_len"]
-    elif isinstance(row.get("prompt_len"), int) and row["prompt_len"] >= 1:
-        spec = _synthetic(_ids(rng, row["prompt_len"]), output_len)
-        arrival = float(offset) if arrivals and isinstance(offset, int | float) else None
-        return RequestSpec(spec.prompt, spec.prompt_len, output_len, arrival, spec.word_ids)
-    else:
-        raise DatasetError(f"{where}: needs 'prompt' (text) or 'prompt_len' (integer >= 1)")
-    arrival = float(offset) if arrivals and isinstance(offset, int | float) else None
-    return RequestSpec(prompt, prompt_len, output_len, arrival)
+def _kind(value: Any) -> str:
+    """What a bad value is, never the value itself: the file is data someone else may have
+    written, and a message goes where its reader may not read the file."""
+    if value is None:
+        return "nothing (missing or null)"
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, float) and math.isnan(value):
+        return "NaN"
+    if isinstance(value, float) and math.isinf(value):
+        return "infinity"
+    if isinstance(value, int | float):
+        if value < 0:
+            return "a negative number"
+        if value != int(value):
+            return "a fractional number"
+        return "0" if value == 0 else "a number out of range"
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, list):
+        return "a list"
+    return "an object" if isinstance(value, dict) else type(value).__name__
 
 
 def _mooncake_trace(
@@ -345,16 +401,16 @@ def _mooncake_trace(
     path = files.resolve(cfg.path)
     blocks = _Blocks(seed, stream, cfg.block_size)
     _shared, rng = _rngs(seed, stream)  # the prompts of lines without hash ids
+    arrivals = cfg.use_trace_arrivals and stream != WARMUP_STREAM
     out: list[RequestSpec] = []
-    for lineno, line in enumerate(files.read(path, "trace").splitlines(), start=1):
-        if len(out) >= n:
-            break
-        if not line.strip():
-            continue
-        out.append(_mooncake_entry(line, f"{path}:{lineno}", cfg, blocks, rng,
-                                   arrivals=cfg.use_trace_arrivals and stream != WARMUP_STREAM))
-    if not out:
-        raise DatasetError(f"trace file {path}: holds no requests")
+    for row in _mooncake_rows(files.read(path, "trace"), str(path), cfg, arrivals, limit=n):
+        if row.hash_ids:
+            ids = np.concatenate([blocks.get(h) for h in row.hash_ids])[:row.input_len]
+        else:
+            ids = _ids(rng, row.input_len)
+        spec = _synthetic(ids, row.output_len)
+        out.append(RequestSpec(spec.prompt, spec.prompt_len, row.output_len, row.arrival,
+                               spec.word_ids))
     return out
 
 
@@ -378,49 +434,71 @@ class _Blocks:
 _BLOCK_SALT = 0x6D6F6F6E  # keeps block streams apart from the per-request streams
 
 
-def _mooncake_entry(line: str, where: str, cfg: MooncakeTraceDataset, blocks: _Blocks,
-                    rng: np.random.Generator, *, arrivals: bool) -> RequestSpec:
-    row = _json_object(line, where)
-    keys = cfg.fields
-    input_len = _count(row, keys.input_length, where)
-    output_len = _count(row, keys.output_length, where)
-    hash_ids = row.get(keys.hash_ids, [])
-    if not isinstance(hash_ids, list) or not all(
-            isinstance(h, int) and not isinstance(h, bool) and h >= 0 for h in hash_ids):
-        raise DatasetError(f"{where}: field {keys.hash_ids!r} must be a list of integers >= 0 "
-                           f"(one per {cfg.block_size}-token block), got {hash_ids!r}")
-    size = cfg.block_size
-    if hash_ids and not (len(hash_ids) - 1) * size < input_len <= len(hash_ids) * size:
-        need = -(-input_len // size)
-        raise DatasetError(
-            f"{where}: field {keys.input_length!r} is {input_len} tokens, which takes "
-            f"{need} block(s) of {size}, but field {keys.hash_ids!r} names {len(hash_ids)}; "
-            f"a trace's hash ids cover its prompt, the last block cut short "
-            f"({len(hash_ids)} ids fit {(len(hash_ids) - 1) * size + 1}–"
-            f"{len(hash_ids) * size} tokens). Is block_size (--timed-trace-chunk-hash-size) "
-            "the trace's own?")
-    offset: float | None = None
-    if arrivals:
-        stamp = row.get(keys.timestamp)
-        if (not isinstance(stamp, int | float) or isinstance(stamp, bool)
-                or not 0 <= stamp < math.inf):  # JSON from Python may hold NaN, Infinity
-            raise DatasetError(f"{where}: field {keys.timestamp!r} must be a number >= 0 "
-                               f"(the arrival, in units of {cfg.timestamp_s:g} s), got "
-                               f"{stamp!r}; or set use_trace_arrivals off")
-        offset = float(stamp) * cfg.timestamp_s
-    if hash_ids:
-        ids = np.concatenate([blocks.get(h) for h in hash_ids])[:input_len]
-    else:
-        ids = _ids(rng, input_len)
-    spec = _synthetic(ids, output_len)
-    return RequestSpec(spec.prompt, spec.prompt_len, output_len, offset, spec.word_ids)
+@dataclass(frozen=True, slots=True)
+class _MooncakeRow:
+    input_len: int
+    output_len: int
+    hash_ids: tuple[int, ...]
+    arrival: float | None
+    """Seconds from the trace's start (None: the trace's arrivals are not used)."""
+
+
+def _mooncake_rows(text: str, label: str, cfg: MooncakeTraceDataset, arrivals: bool, *,
+                   limit: int | None = None) -> Iterator[_MooncakeRow]:
+    """A Mooncake trace's requests, each line checked (the first ``limit`` of them): its
+    lengths, its hash ids against its length, and — when its arrivals are the schedule —
+    its timestamp, which never goes back in time."""
+    keys, size = cfg.fields, cfg.block_size
+    count, last = 0, 0.0
+    last_line = 0
+    for lineno, line in _lines(text):
+        if limit is not None and count >= limit:
+            return
+        where = f"{label}: line {lineno}"
+        row = _json_object(line, where)
+        input_len = _count(row, keys.input_length, where)
+        output_len = _count(row, keys.output_length, where)
+        hash_ids = row.get(keys.hash_ids, [])
+        if not isinstance(hash_ids, list) or not all(
+                isinstance(h, int) and not isinstance(h, bool) and h >= 0 for h in hash_ids):
+            what = _kind(hash_ids) if not isinstance(hash_ids, list) else "a list holding " + \
+                next(_kind(h) for h in hash_ids if not isinstance(h, int) or
+                     isinstance(h, bool) or h < 0)
+            raise DatasetError(f"{where}: field {keys.hash_ids!r} must be a list of integers "
+                               f">= 0 (one per {size}-token block), got {what}")
+        if hash_ids and not (len(hash_ids) - 1) * size < input_len <= len(hash_ids) * size:
+            need = -(-input_len // size)
+            raise DatasetError(
+                f"{where}: field {keys.input_length!r} takes {need} block(s) of {size} "
+                f"tokens, but field {keys.hash_ids!r} names {len(hash_ids)}; a trace's hash "
+                f"ids cover its prompt, the last block cut short ({len(hash_ids)} ids fit "
+                f"{(len(hash_ids) - 1) * size + 1}–{len(hash_ids) * size} tokens). Is "
+                "block_size (--timed-trace-chunk-hash-size) the trace's own?")
+        arrival: float | None = None
+        if arrivals:
+            stamp = row.get(keys.timestamp)
+            if (not isinstance(stamp, int | float) or isinstance(stamp, bool)
+                    or not 0 <= stamp < math.inf):  # JSON from Python may hold NaN, Infinity
+                raise DatasetError(f"{where}: field {keys.timestamp!r} must be a number >= 0 "
+                                   f"(the arrival, in units of {cfg.timestamp_s:g} s), got "
+                                   f"{_kind(stamp)}; or set use_trace_arrivals off")
+            if stamp < last:
+                raise DatasetError(f"{where}: field {keys.timestamp!r} goes back in time "
+                                   f"(earlier than line {last_line}'s); a trace lists its "
+                                   "requests in arrival order")
+            last, last_line = float(stamp), lineno
+            arrival = float(stamp) * cfg.timestamp_s
+        count += 1
+        yield _MooncakeRow(input_len, output_len, tuple(hash_ids), arrival)
+    if count == 0:
+        raise DatasetError(f"{label}: holds no requests")
 
 
 def _count(row: dict[str, Any], key: str, where: str) -> int:
     value = row.get(key)
     if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_TOKENS:
         raise DatasetError(f"{where}: field {key!r} must be an integer in [1, {MAX_TOKENS}] "
-                           f"(tokens), got {value!r}")
+                           f"(tokens), got {_kind(value)}")
     return value
 
 
@@ -436,50 +514,65 @@ class _Files:
         return self.base / path if not path.is_absolute() and self.base is not None else path
 
     def read(self, path: Path, what: str) -> str:
-        try:
-            return path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise DatasetError(f"{what} file {path}: cannot be read ({exc.strerror})") from exc
-        except UnicodeDecodeError as exc:
-            raise DatasetError(f"{what} file {path}: not UTF-8 text ({exc.reason} at byte "
-                               f"{exc.start})") from exc
+        return _read(path, f"{what} file {path}")
+
+
+def _read(path: Path, label: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise DatasetError(f"{label}: cannot be read ({exc.strerror})") from exc
+    except UnicodeDecodeError as exc:
+        raise DatasetError(f"{label}: not UTF-8 text ({exc.reason} at byte "
+                           f"{exc.start})") from exc
 
 
 # vLLM's pruning of ShareGPT conversations (``is_valid_sequence``).
 _MIN_LEN, _MAX_PROMPT_LEN, _MAX_TOTAL_LEN = 4, 1024, 2048
 
 
-def _sharegpt_file(name: str, files: _Files) -> tuple[Path, list[Any]]:
-    """A ShareGPT-format file: its resolved path and its list of conversations."""
-    path = files.resolve(name)
+def _sharegpt_entries(text: str, label: str) -> list[Any]:
+    """A ShareGPT-format file's list of conversations."""
     try:
-        data = json.loads(files.read(path, "ShareGPT"))
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise DatasetError(f"ShareGPT file {path}: not valid JSON ({exc.msg} at line "
+        raise DatasetError(f"{label}: not valid JSON ({exc.msg} at line "
                            f"{exc.lineno})") from exc
     if not isinstance(data, list):
-        raise DatasetError(f"ShareGPT file {path}: expected a JSON list of conversations, "
-                           f"got {type(data).__name__}")
-    return path, data
+        raise DatasetError(f"{label}: expected a JSON list of conversations, got "
+                           f"{_kind(data)}")
+    return data
+
+
+def _sharegpt_pairs(text: str, label: str) -> list[tuple[int, str, str]]:
+    """Every conversation of two turns or more: its number in the file, its prompt and its
+    reply; one whose first two turns are not text is refused."""
+    pairs = []
+    for number, entry in enumerate(_sharegpt_entries(text, label)):
+        turns = entry.get("conversations") if isinstance(entry, dict) else None
+        if not isinstance(turns, list) or len(turns) < 2:
+            continue
+        prompt, reply = (t.get("value") if isinstance(t, dict) else None for t in turns[:2])
+        if not isinstance(prompt, str) or not isinstance(reply, str):
+            raise DatasetError(f"{label}: conversation {number}: each turn needs a text "
+                               "'value'")
+        pairs.append((number, prompt, reply))
+    if not pairs:
+        raise DatasetError(f"{label}: no conversation with two turns")
+    return pairs
 
 
 def _sharegpt(
     cfg: ShareGPTDataset, n: int, seed: int, _: int, files: _Files
 ) -> list[RequestSpec]:
-    path, data = _sharegpt_file(cfg.path, files)
-    entries = [e for e in data if isinstance(e, dict) and isinstance(e.get("conversations"), list)
-               and len(e["conversations"]) >= 2]
+    path = files.resolve(cfg.path)
+    pairs = _sharegpt_pairs(files.read(path, "ShareGPT"), f"ShareGPT file {path}")
     if cfg.shuffle:
-        random.Random(seed).shuffle(entries)
+        random.Random(seed).shuffle(pairs)
     out: list[RequestSpec] = []
-    for number, entry in enumerate(entries):
+    for _number, prompt, reply in pairs:
         if len(out) >= n:
             break
-        turns = entry["conversations"]
-        prompt, reply = (t.get("value") if isinstance(t, dict) else None for t in turns[:2])
-        if not isinstance(prompt, str) or not isinstance(reply, str):
-            raise DatasetError(f"ShareGPT file {path}: conversation {number} (after "
-                               "shuffling): each turn needs a text 'value'")
         prompt_len = files.tokenizer.count(prompt)
         output_len = cfg.output_len or files.tokenizer.count(reply)
         if (prompt_len < _MIN_LEN or (cfg.output_len is None and output_len < _MIN_LEN)
@@ -493,32 +586,38 @@ def _sharegpt(
     return _file_requests(out, n, seed, cfg.oversample)
 
 
-def _custom(
-    cfg: CustomDataset, n: int, seed: int, _: int, files: _Files
-) -> list[RequestSpec]:
-    path = files.resolve(cfg.path)
+def _custom_rows(cfg: CustomDataset, path: Path, label: str) -> list[dict[str, Any]]:
+    """Every line of a custom JSONL file, checked: a text ``prompt``, and an integer
+    ``output_tokens`` where the dataset takes each line's own."""
     if path.suffix != ".jsonl":
-        raise DatasetError(f"custom file {path}: must be JSONL (a .jsonl file), as vLLM's "
-                           "custom dataset reads")
+        raise DatasetError(f"{label}: must be JSONL (a .jsonl file), as vLLM's custom "
+                           "dataset reads")
     rows: list[dict[str, Any]] = []
-    for lineno, line in enumerate(files.read(path, "custom").splitlines(), start=1):
-        if not line.strip():
-            continue
+    for lineno, line in _lines(_read(path, label)):
+        where = f"{label}: line {lineno}"
         try:
             row = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise DatasetError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from exc
+            raise DatasetError(f"{where}: not valid JSON ({exc.msg})") from exc
         if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
-            raise DatasetError(f"{path}:{lineno}: each line needs a text 'prompt'")
+            raise DatasetError(f"{where}: each line needs a text 'prompt'")
         if cfg.output_len == -1:
             tokens = row.get("output_tokens")
             if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1:
                 raise DatasetError(
-                    f"{path}:{lineno}: with output_len -1 (--custom-output-len -1) each line "
-                    f"needs an integer 'output_tokens' >= 1, got {tokens!r}")
+                    f"{where}: with output_len -1 (--custom-output-len -1) each line needs "
+                    f"an integer 'output_tokens' >= 1, got {_kind(tokens)}")
         rows.append(row)
     if not rows:
-        raise DatasetError(f"custom file {path}: holds no prompts")
+        raise DatasetError(f"{label}: holds no prompts")
+    return rows
+
+
+def _custom(
+    cfg: CustomDataset, n: int, seed: int, _: int, files: _Files
+) -> list[RequestSpec]:
+    path = files.resolve(cfg.path)
+    rows = _custom_rows(cfg, path, f"custom file {path}")
     if cfg.shuffle:
         random.Random(seed).shuffle(rows)
     out: list[RequestSpec] = []
@@ -531,6 +630,28 @@ def _custom(
         ids = tuple(files.tokenizer.chat_prompt(text, cfg.chat_template_kwargs))
         out.append(RequestSpec(text, len(ids), output_len, token_ids=ids))
     return _file_requests(out, n, seed, cfg.oversample)
+
+
+def check_dataset_file(config: DatasetConfig, path: Path, label: str) -> None:
+    """Read the file ``config`` names (at ``path``) as a trial reads it, every line or
+    conversation checked, and raise :class:`DatasetError` for the first thing a trial
+    could not use — so a bad file is refused where it is named, not on every worker.
+    Messages start with ``label`` (how the caller names the file) and give the line and
+    the field, never the file's content. Prompts are not built (a trace of a million
+    lines is checked in seconds)."""
+    if isinstance(config, CustomDataset):
+        _custom_rows(config, path, label)
+        return
+    text = _read(path, label)
+    if isinstance(config, MooncakeTraceDataset):
+        for _row in _mooncake_rows(text, label, config, config.use_trace_arrivals):
+            pass
+    elif isinstance(config, TraceDataset):
+        _trace_rows(text, label, config.use_trace_arrivals)
+    elif isinstance(config, ShareGPTDataset):
+        _sharegpt_pairs(text, label)
+    elif isinstance(config, MultiTurnDataset):
+        _sessions(config, text, WORD_TOKENIZER, label)
 
 
 def _file_requests(

@@ -14,7 +14,12 @@ no file, against ``$SLOTUNE_HOME``; for a built-in, against the package's
 a symlink pointing out are refused with the rule. Once checked, the path is stored
 absolute, so a trial reads the same file from any working directory. (A trace given
 directly on the command line, ``slotune bench --dataset-path``, is the caller's own
-choice and is not restricted.)
+choice and is not restricted.) A workload posted to the API (:mod:`workers.trust`) names
+its file by a relative path inside the operator's data directories instead.
+
+**Read at submit.** Once its path is checked, the file is read as a trial reads it,
+every line (:func:`~workers.loadgen.datasets.check_dataset_file`): a bad line is refused
+where the workload is given, naming the line and the field, never the content.
 """
 
 from __future__ import annotations
@@ -27,7 +32,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from workers.contracts import FILE_DATASETS, Workload
+from workers.loadgen.datasets import DatasetError, check_dataset_file
 from workers.safe_yaml import YamlInputError, load_yaml, load_yaml_file
+from workers.trust import OPERATOR, Trust, TrustError
 
 __all__ = [
     "WorkloadError",
@@ -93,12 +100,15 @@ def check_trace_path(path: str, base: Path | None, where: str) -> Path:
 
 
 def parse_workload(data: Any, where: str, base: Path | None = None, *,
-                   stored: bool = False) -> Workload:
+                   stored: bool = False, trust: Trust = OPERATOR) -> Workload:
     """Validate already-loaded YAML/JSON data; ``where`` names the source in errors.
 
     A trace path is checked against the trace rule (module docstring) with ``base`` as
-    the workload file's directory, and stored absolute. ``stored`` reads a workload
-    slotune stored once it had passed that check: its absolute path is kept as it is
+    the workload file's directory — a client's (``trust``, :mod:`workers.trust`) against
+    the operator's data directories instead — stored absolute, and the file read as a
+    trial reads it (:func:`~workers.loadgen.datasets.check_dataset_file`): a bad line
+    is refused here, with its number and field. ``stored`` reads a workload slotune
+    stored once it had passed those checks: its absolute path is kept as it is, unread
     (a relative one, which nothing stores, is still judged).
     """
     if not isinstance(data, dict):
@@ -108,20 +118,34 @@ def parse_workload(data: Any, where: str, base: Path | None = None, *,
         workload = Workload.model_validate(data)
     except ValidationError as exc:
         raise WorkloadError(_format_errors(exc, where)) from None
-    if isinstance(workload.dataset, FILE_DATASETS) and workload.dataset.path is not None:
-        if stored and Path(workload.dataset.path).is_absolute():
+    dataset = workload.dataset
+    if isinstance(dataset, FILE_DATASETS) and dataset.path is not None:
+        if stored and Path(dataset.path).is_absolute():
             return workload
-        resolved = check_trace_path(workload.dataset.path, base, where)
-        dataset = workload.dataset.model_copy(update={"path": str(resolved)})
-        workload = workload.model_copy(update={"dataset": dataset})
+        try:
+            resolved = trust.path(dataset.path, f"{where}: dataset.path", None) \
+                if trust.client else check_trace_path(dataset.path, base, where)
+        except TrustError as exc:
+            raise WorkloadError(str(exc)) from None
+        try:  # named as given: where it resolved is the server's business
+            check_dataset_file(dataset, resolved, f"{where}: dataset.path {dataset.path!r}")
+        except DatasetError as exc:
+            raise WorkloadError(str(exc)) from None
+        workload = workload.model_copy(update={
+            "dataset": dataset.model_copy(update={"path": str(resolved)})})
     return workload
 
 
-def load_workload(name_or_path: str) -> tuple[Workload, Path | None]:
-    """A built-in workload by name, or a YAML file by path.
+def load_workload(name_or_path: str, *,
+                  trust: Trust = OPERATOR) -> tuple[Workload, Path | None]:
+    """A built-in workload by name, or a YAML file by path (a client's: a built-in only).
 
     Returns the workload and the directory relative trace paths resolve against.
     """
+    try:
+        trust.shipped(name_or_path, "workload", builtin_workloads())
+    except TrustError as exc:
+        raise WorkloadError(str(exc)) from None
     path = Path(name_or_path)
     if path.suffix in {".yaml", ".yml", ".json"} or path.exists():
         if not path.is_file():

@@ -154,16 +154,21 @@ class BlockPool:
     Freed blocks keep their hash and stay reusable until the free queue hands them out
     again (eviction), which is how a preempted or finished request's prefix survives.
 
-    vLLM's queue starts as every block in order, and a freed block joins its tail, so
-    the blocks never used yet always come first: they are kept as a count (``fresh``, the
-    next one), not as entries. A pool of 100 000 blocks is built in no time, which the
-    twin's screening (thousands of engines a sweep) needs.
+    Its memory follows the blocks used, never the blocks it has: a tiny model on a large
+    GPU has hundreds of millions of blocks (250 million for a one-layer, 8-wide model on
+    an H200), and the twin builds thousands of engines a sweep. vLLM's queue starts as
+    every block in order, and a freed block joins its tail, so the blocks never used yet
+    always come first: they are a count (``fresh``, the next one), not entries. Reference
+    counts are kept for the blocks in use only, hashes for the blocks that hold one, and
+    the queue's tail holds the blocks used and freed since.
     """
 
     def __init__(self, num_blocks: int) -> None:
         self.num_blocks = num_blocks
-        self.ref_count = [0] * num_blocks
-        self.block_hash: list[int | None] = [None] * num_blocks
+        self.ref_count: dict[int, int] = {}
+        """Reference counts of the blocks in use; a block not here is free."""
+        self.block_hash: dict[int, int] = {}
+        """The prefix hash each block holds (in use, or freed and still cached)."""
         self.fresh = 0
         """Blocks ``fresh`` … ``num_blocks - 1`` were never used: the queue's head."""
         self.free: OrderedDict[int, None] = OrderedDict()
@@ -190,26 +195,30 @@ class BlockPool:
                 out.append(block)
                 continue
             block = free.popitem(last=False)[0]
-            h = block_hash[block]
-            if h is not None:
-                if self.cached.get(h) == block:
-                    del self.cached[h]
-                block_hash[block] = None
+            h = block_hash.pop(block, None)
+            if h is not None and self.cached.get(h) == block:
+                del self.cached[h]
             ref_count[block] = 1
             out.append(block)
         return out
 
     def touch(self, blocks: Sequence[int]) -> None:
+        ref_count = self.ref_count
         for block in blocks:
-            if self.ref_count[block] == 0:
+            count = ref_count.get(block, 0)
+            if count == 0:
                 del self.free[block]
-            self.ref_count[block] += 1
+            ref_count[block] = count + 1
 
     def release(self, blocks: Sequence[int]) -> None:
         # Tail blocks first, so a request's prefix is the last of it to be evicted.
+        ref_count = self.ref_count
         for block in reversed(blocks):
-            self.ref_count[block] -= 1
-            if self.ref_count[block] == 0:
+            count = ref_count[block] - 1
+            if count:
+                ref_count[block] = count
+            else:
+                del ref_count[block]
                 self.free[block] = None
 
     def register(self, block: int, block_hash: int) -> None:
@@ -222,7 +231,7 @@ class BlockPool:
         if self.num_free != self.num_blocks:
             return False
         self.cached.clear()
-        self.block_hash = [None] * self.num_blocks
+        self.block_hash.clear()
         return True
 
 
@@ -380,7 +389,8 @@ class EngineCore:
         bs = self.block_size
         needed = -(-(req.num_computed + len(hits) * bs + num_new) // bs)
         new_blocks = needed - len(req.block_ids) - len(hits)
-        evictable_hits = sum(1 for b in hits if self.pool.ref_count[b] == 0)
+        in_use = self.pool.ref_count
+        evictable_hits = sum(1 for b in hits if b not in in_use)
         if new_blocks > self.pool.num_free - evictable_hits:
             return False
         if hits:
@@ -537,11 +547,9 @@ class EngineCore:
                     pool.fresh += 1
                 else:
                     block = free.popitem(last=False)[0]
-                    evicted = block_hash[block]
-                    if evicted is not None:
-                        if cached.get(evicted) == block:
-                            del cached[evicted]
-                        block_hash[block] = None
+                    evicted = block_hash.pop(block, None)
+                    if evicted is not None and cached.get(evicted) == block:
+                        del cached[evicted]
                 ref_count[block] = 1
                 blocks.append(block)
                 next_due.append((req, epoch))

@@ -21,8 +21,11 @@ that path, so the file must be readable where the trials run, as a model directo
 
 Every number is checked when the file is read, and a wrong one is refused with
 :class:`DeviceFileError` naming the file and the field; unknown keys are refused too (a
-misspelt optional field would otherwise be silently ignored). The step-time model's
-fitted efficiencies are looked up by ``name``
+misspelt optional field would otherwise be silently ignored). Each number must also lie in
+a range that holds every GPU and then some (:data:`DATASHEET_RANGES`: up to 16 TiB of
+memory, 100 PFLOP/s, 100 TB/s): a number outside it is a wrong unit or a typo, and
+``memory_gib: 1e8`` once became hundreds of millions of KV blocks and a bare MemoryError.
+The step-time model's fitted efficiencies are looked up by ``name``
 (:func:`workers.sim.calibration.load_calibration`): a GPU without its own entry takes
 the ``default`` one.
 """
@@ -39,7 +42,8 @@ from typing import Any
 from workers.safe_yaml import YamlInputError, load_yaml_file, unique_keys
 from workers.sim._specs import GiB, GPUSpec, UnknownCatalogEntry
 
-__all__ = ["DEVICE_FILE_SUFFIXES", "DeviceFileError", "is_device_file", "load_device_file"]
+__all__ = ["DATASHEET_RANGES", "DEVICE_FILE_SUFFIXES", "DeviceFileError", "is_device_file",
+           "load_device_file"]
 
 DEVICE_FILE_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -52,6 +56,18 @@ _REQUIRED = ("name", "bf16_tflops", "memory_bandwidth_gbps", "interconnect_gbps"
 _OPTIONAL = ("device_name", "memory_gib", "memory_bytes", "fp8_tflops",
              "interconnect_latency_us")
 _NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+
+DATASHEET_RANGES: dict[str, tuple[float, float, str]] = {
+    "memory_gib": (0.5, 16384, "GiB"),
+    "memory_bytes": (0.5 * GiB, 16384 * GiB, "bytes"),
+    "bf16_tflops": (0.1, 100_000, "dense TFLOP/s"),
+    "fp8_tflops": (0.1, 200_000, "dense TFLOP/s"),
+    "memory_bandwidth_gbps": (1, 100_000, "GB/s"),
+    "interconnect_gbps": (0.1, 100_000, "GB/s per direction"),
+    "interconnect_latency_us": (0.01, 100_000, "microseconds"),
+}
+"""Each number's bounds (low, high, unit): wide around every GPU made (the largest today
+has under 300 GiB, a few PFLOP/s and 8 TB/s), narrow enough to catch a wrong unit."""
 
 
 class DeviceFileError(UnknownCatalogEntry):
@@ -131,6 +147,11 @@ def _number(data: dict[str, Any], field: str, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) \
             or not math.isfinite(value) or value <= 0:
         raise DeviceFileError(f"{where}: {field} must be a positive number, got {value!r}")
+    low, high, unit = DATASHEET_RANGES[field]
+    if not low <= value <= high:
+        bound = f"at most {high:g}" if value > high else f"at least {low:g}"
+        raise DeviceFileError(f"{where}: {field} must be {bound} {unit} (any GPU's datasheet "
+                              f"lies within {low:g} … {high:g}: check the unit), got {value!r}")
     return float(value)
 
 

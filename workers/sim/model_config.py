@@ -25,6 +25,10 @@ simulator does not model; GLM-4.5 (``glm4_moe``) uses the DeepSeek fields with g
 attention and is modelled. A config that declares experts under any other
 ``model_type`` (gpt-oss, DBRX, …) is refused naming the field.
 
+An expert count that is not a positive integer (``num_experts: 0``) and a
+``torch_dtype`` (or ``dtype``) other than :data:`WEIGHT_DTYPES` are refused naming the
+field: the first would price a MoE model as a dense one, the second is no model vLLM loads.
+
 ``num_key_value_heads`` defaults to ``num_attention_heads`` (multi-head attention), as
 ``LlamaConfig`` does; the other families' classes default it to a constant instead, but
 their published configs always state it. The other facts are required: a config that
@@ -58,6 +62,7 @@ from workers.sim._specs import ModelSpec, MoESpec, UnknownCatalogEntry
 __all__ = [
     "MOE_FIELDS",
     "SUPPORTED_MODEL_TYPES",
+    "WEIGHT_DTYPES",
     "ModelConfigError",
     "cached_snapshot",
     "hf_hub_cache",
@@ -106,6 +111,11 @@ MOE_FIELDS: tuple[str, ...] = ("num_experts", "num_local_experts", "n_routed_exp
                                "moe_num_experts")
 """Fields by which Hugging Face configs declare experts (Qwen-MoE, Mixtral, DeepSeek, …)."""
 
+WEIGHT_DTYPES: tuple[str, ...] = ("bfloat16", "float16", "float32")
+"""The weight dtypes a ``config.json`` may state (``torch_dtype``): those vLLM serves."""
+_DTYPE_ALIASES = ("half", "float")
+"""vLLM's other spellings of float16 and float32."""
+
 _UNMODELLED: dict[str, str] = {
     "kv_lora_rank": "multi-head latent attention (DeepSeek-V2/V3): its compressed KV cache "
                     "and attention cost are not modelled",
@@ -140,6 +150,7 @@ def model_spec_from_config(config: Mapping[str, Any], *, name: str, source: str,
                                f"know the architecture; supported: "
                                f"{', '.join(SUPPORTED_MODEL_TYPES)}")
     family = _FAMILIES.get(str(model_type))
+    _check_declared(config, source)
     experts = [f for f in MOE_FIELDS if config.get(f)]
     if family is None:
         declared = f" (with experts: {', '.join(experts)})" if experts else ""
@@ -190,9 +201,29 @@ def model_spec_from_config(config: Mapping[str, Any], *, name: str, source: str,
     )
 
 
+def _check_declared(config: Mapping[str, Any], source: str) -> None:
+    """Refuse what a config states that cannot be: an expert count that is not a positive
+    integer (``num_experts: 0`` would price a MoE model as a dense one; a dense model
+    states no expert count), a weight dtype vLLM does not serve (``torch_dtype``, or
+    ``dtype`` as transformers 5 writes it)."""
+    for field in MOE_FIELDS:
+        if config.get(field) is not None:
+            try:
+                _positive_int(config, field, source, "the number of routed experts")
+            except ModelConfigError as exc:
+                raise ModelConfigError(f"{exc} (the number of routed experts; a dense model "
+                                       f"leaves {field} out)") from None
+    for field in ("torch_dtype", "dtype"):
+        value = config.get(field)
+        if value is not None and value not in (*WEIGHT_DTYPES, *_DTYPE_ALIASES):
+            raise ModelConfigError(f"{source}: {field} {value!r} is not a dtype vLLM serves; "
+                                   f"valid: {', '.join(WEIGHT_DTYPES)} (or "
+                                   f"{', '.join(_DTYPE_ALIASES)})")
+
+
 def _moe_spec(config: Mapping[str, Any], style: str, layers: int, source: str) -> MoESpec | None:
     """The experts of a MoE family's config (the module docstring's table); None when the
-    config states no routed experts (``num_experts: 0`` makes Qwen-MoE a dense model)."""
+    config states no routed experts (a MoE family's file without an expert count)."""
     # transformers 5 saves Qwen3-MoE's experts as num_local_experts (num_experts is an
     # alias in its config class); published files say num_experts. Either counts.
     named = {"mixtral": ("num_local_experts",), "qwen": ("num_experts", "num_local_experts"),

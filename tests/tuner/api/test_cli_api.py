@@ -105,3 +105,39 @@ async def test_health_is_503_without_a_schema(api_postgres: PostgresDatabases) -
         sweeps = await client.get("/api/v1/sweeps")
         assert sweeps.status_code == 503 and "slotune db upgrade" in sweeps.json()["detail"]
     app.state.store.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("runner", ["slotune api", "uvicorn --factory"])
+def test_the_access_log_never_prints_a_token_from_a_query_string(
+        runner: str, tmp_path: Path) -> None:
+    """Issue 38: uvicorn's access log printed ``?token=…`` verbatim. Query values whose
+    names say secret are masked; the rest of the line stays as it was."""
+    url = f"sqlite:///{tmp_path / 'slotune.db'}"
+    migrate.upgrade(url)
+    port = free_port()
+    argv = ([str(SLOTUNE), "api", "--port", str(port), "--database-url", url]
+            if runner == "slotune api" else
+            [sys.executable, "-m", "uvicorn", "--factory", "tuner.api.app:create_app",
+             "--port", str(port)])
+    leaked = "sk-leaked-in-a-url-0123"
+    process = subprocess.Popen(argv, env=_env(DATABASE_URL=url), stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5) as client:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    client.get("/api/v1/health")
+                    break
+                except httpx.TransportError:
+                    assert process.poll() is None and time.monotonic() < deadline
+                    time.sleep(0.2)
+            client.get(f"/api/v1/sweeps?limit=5&token={leaked}&Access_Token={leaked}"
+                       f"&api_key={leaked}")
+    finally:
+        process.send_signal(signal.SIGINT)
+        output = process.communicate(timeout=15)[0]
+    assert leaked not in output
+    assert "GET /api/v1/sweeps?limit=5&token=***&Access_Token=***&api_key=*** HTTP/1.1" \
+        in output, output[-2000:]

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -87,6 +91,8 @@ def test_claim_is_exclusive_until_the_holder_goes_stale(store: Store) -> None:
     assert store.claim_sweep(sweep.id, "coord-b", stale_after_s=3600) is None
     assert store.claim_sweep(sweep.id, "coord-a") is not None  # same coordinator, restarted
 
+    # Its heartbeat seen standing still for the window: taken over.
+    assert store.claim_sweep(sweep.id, "coord-b", stale_after_s=0.01) is None  # watching
     time.sleep(0.05)
     taken = store.claim_sweep(sweep.id, "coord-b", stale_after_s=0.01)
     assert taken is not None and taken.claimed_by == "coord-b"
@@ -224,8 +230,7 @@ def test_every_claim_starts_a_new_lease_and_fences_the_writes_of_the_old_one(
     with pytest.raises(LeaseLost):  # a process still running under the old claim
         store.start_trial(sweep.id, number=1, params={"x": 2}, lease=old)
 
-    time.sleep(0.05)
-    taken = store.claim_sweep(sweep.id, "coord-b", stale_after_s=0.01)
+    taken = store.claim_sweep(sweep.id, "coord-b", stale_after_s=0)  # a forced takeover
     assert taken is not None and taken.lease is not None
     successor = taken.lease
     refused: list[Any] = [
@@ -547,3 +552,82 @@ def test_repeat_and_baseline_rows_are_checked_and_never_orphans(store: Store) ->
     assert again.id == once.id
     assert len(store.list_trials(sweep.id, role="repeat").data) == 1
     assert store.recover_orphans(sweep.id) == []
+
+
+# --- leases on one clock: the taker's own -------------------------------------------------
+
+FAST_CLOCK_CLAIM = """
+import sys
+from tuner.db.store import Store
+with Store(sys.argv[1]) as store:
+    got = store.claim_next_sweep("coord-fast-clock", stale_after_s=60)
+    print("none" if got is None else got.id)
+"""
+
+
+def test_a_process_with_a_fast_clock_takes_no_live_sweep(store: Store,
+                                                         migrated_url: str) -> None:
+    """Issue 38: ten minutes fast (libfaketime), a poller saw every heartbeat as stale
+    on SQLite, whose clock is each host's own, and took a sweep claimed a moment before."""
+    libfaketime = sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"))
+    assert libfaketime, "Debian's faketime is not installed (.ci/run installs it)"
+    sweep = _sweep(store)
+    claimed = store.claim_sweep(sweep.id, "coord-live")
+    assert claimed is not None
+    run = subprocess.run([sys.executable, "-c", FAST_CLOCK_CLAIM, migrated_url],
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "LD_PRELOAD": str(libfaketime[0]),
+                              "FAKETIME": "+10m"})
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip() == "none"
+    after = store.get_sweep(sweep.id)
+    assert (after.claimed_by, after.lease_epoch) == ("coord-live", claimed.lease_epoch)
+
+
+def test_a_lease_is_taken_over_only_after_its_heartbeat_stood_still_for_the_window(
+        store: Store, migrated_url: str) -> None:
+    sweep = _sweep(store)
+    claimed = store.claim_sweep(sweep.id, "coord-a")
+    assert claimed is not None and claimed.lease is not None
+    time.sleep(0.4)  # by anyone's wall clock the heartbeat is older than the window now
+    with Store(migrated_url) as taker:  # another process: its own observations
+        # But a taker that has not watched it stand still for the window does not take it.
+        assert taker.claim_sweep(sweep.id, "coord-b", stale_after_s=0.3) is None
+        assert taker.claim_next_sweep("coord-b", stale_after_s=0.3) is None
+        time.sleep(0.2)
+        store.heartbeat_sweep(claimed.lease)  # alive: the window starts again
+        time.sleep(0.2)
+        assert taker.claim_sweep(sweep.id, "coord-b", stale_after_s=0.3) is None
+        assert taker.claim_next_sweep("coord-b", stale_after_s=0.3) is None
+        time.sleep(0.35)  # silent for the whole window, as the taker's clock measures it
+        taken = taker.claim_next_sweep("coord-b", stale_after_s=0.3)
+        assert taken is not None and taken.id == sweep.id and taken.claimed_by == "coord-b"
+        assert taken.lease is not None and taken.lease.epoch == claimed.lease.epoch + 1
+    with pytest.raises(LeaseLost):
+        store.heartbeat_sweep(claimed.lease)
+
+
+def test_a_forced_takeover_needs_no_window(store: Store) -> None:
+    sweep = _sweep(store)
+    claimed = store.claim_sweep(sweep.id, "coord-a")
+    assert claimed is not None
+    taken = store.claim_sweep(sweep.id, "coord-b", stale_after_s=0)  # resume --takeover
+    assert taken is not None and taken.claimed_by == "coord-b"
+
+
+def test_no_number_of_sweeps_for_another_executor_hides_a_claimable_one(store: Store) -> None:
+    """Issue 38: the executor was filtered after LIMIT 20, so twenty older sweeps recorded
+    on the virtual executor left a Ray coordinator with nothing to claim."""
+    virtual, ray = ExecutorChoice(kind="virtual", gpus=2), ExecutorChoice(kind="ray", gpus=4)
+    for i in range(25):
+        store.create_sweep(name=f"virtual-{i}", workload=Workload(name="chat"), slo=SLO_A,
+                           space={"knobs": ["x"]}, model="m-8b", gpu="h100-sxm",
+                           strategy="tpe", executor=virtual)
+    claimable = _sweep(store, name="anyone's")
+    got = store.claim_next_sweep("coord-ray", executor=ray)
+    assert got is not None and got.id == claimable.id and got.executor == ray
+    assert store.claim_next_sweep("coord-ray-2", executor=ray) is None
+    # A sweep stored with a JSON null (not SQL NULL) for its executor is anyone's too.
+    late = _sweep(store, name="late")
+    got = store.claim_next_sweep("coord-ray-3", executor=ray)
+    assert got is not None and got.id == late.id

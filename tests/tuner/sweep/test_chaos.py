@@ -1,12 +1,15 @@
-"""The chaos suite: the attacks an operator made on the overnight path, on a real Postgres.
+"""The chaos suite: the attacks an operator made on the overnight path, on a real Postgres
+(and, where the database's clock matters, on SQLite too).
 
 Each test attacks real ``slotune`` processes — ``kill -9`` at several moments, SIGSTOP of
 an owner while a successor takes over and SIGCONT after, two coordinators on one queue, a
 coordinator racing ``sweep run``, a coordinator whose clock is ten minutes fast (Debian's
-``faketime``) beside a healthy one — and then checks what must hold of every sweep that
-survived (:func:`assert_survived`): done, every trial measured once under a number never
-reused, nothing running in our tables or in the Optuna study, the view's winner the best
-ok trial (confirmed first), and no process of ours left.
+``faketime``) beside a healthy one, a dead owner's sweep left to a serving coordinator,
+twenty sweeps of another executor queued ahead of a claimable one — and then checks
+what must hold of every sweep that survived (:func:`assert_survived`): done, every trial
+measured once under a number never reused, nothing running in our tables or in the
+Optuna study, the view's winner the best ok trial (confirmed first), and no process of
+ours left.
 
 Postgres stopped under a running and under a serving coordinator is in ``test_faults.py``
 (marked ``chaos`` too). Marked ``chaos`` (and ``slow``); CI runs it; ``pytest -m chaos``
@@ -29,9 +32,13 @@ import optuna
 import pytest
 
 from tests.polling import wait_for
+from tests.tuner.sweep_data import LAB_4RPS
+from tuner.db import migrate
 from tuner.db.optuna_storage import optuna_storage
+from tuner.db.records import ExecutorChoice
 from tuner.db.store import Store, TrialRecord
 from tuner.strategies import params_key
+from tuner.sweep.request import SweepBudget, SweepRequest, queue_sweep
 
 pytestmark = [pytest.mark.slow, pytest.mark.chaos]
 
@@ -46,6 +53,19 @@ def long_workload(tmp_path: Path) -> Path:
     path.write_text("name: chaos-long\ndataset: {kind: random, input_len: 512, output_len: 128}"
                     "\narrivals: {request_rate: 4}\nnum_prompts: 3000\nseed: 0\n")
     return path
+
+
+@pytest.fixture(params=["postgres", "sqlite"])
+def chaos_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Store, str]]:
+    """(store, URL) of a migrated database of this test's own: a real Postgres, or a
+    SQLite file, whose clock is each writer's host's own."""
+    if request.param == "postgres":
+        url = str(request.getfixturevalue("postgres_url"))
+    else:
+        url = f"sqlite:///{tmp_path / 'chaos.db'}"
+        migrate.upgrade(url)
+    with Store(url) as store:
+        yield store, url
 
 
 class Processes:
@@ -269,16 +289,17 @@ def test_a_polling_coordinator_never_takes_a_foreground_sweep(
 
 
 def test_a_coordinator_with_a_fast_clock_takes_no_live_sweep(
-        postgres_store: Store, postgres_url: str, long_workload: Path,
-        procs: Processes) -> None:
-    """A coordinator ten minutes fast (libfaketime) beside a healthy one on one queue:
-    leases are read on the database's clock, so no live sweep changes hands."""
+        chaos_db: tuple[Store, str], long_workload: Path, procs: Processes) -> None:
+    """A coordinator ten minutes fast (libfaketime) beside a healthy one on one queue, on
+    Postgres and on SQLite (where the stored times are each host's own): a lease changes
+    hands only when its heartbeat stood still on the taker's own monotonic clock, so no
+    live sweep changes hands (issue 38: on SQLite the fast one took both)."""
     libfaketime = sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"))
     assert libfaketime, "Debian's faketime is not installed (.ci/run installs it)"
-    store = postgres_store
+    store, url = chaos_db
     healthy = procs.start("coordinator", "--executor", "virtual", "--poll", "0.3",
-                          "--database-url", postgres_url)
-    submitted = [submit(postgres_url, long_workload, trials=20) for _ in range(2)]
+                          "--database-url", url)
+    submitted = [submit(url, long_workload, trials=20) for _ in range(2)]
     wait_for(lambda: all(store.get_sweep(s).status == "running" for s in submitted), 60,
              "the healthy coordinator to run both sweeps")
     holder = store.get_sweep(submitted[0]).claimed_by
@@ -286,13 +307,12 @@ def test_a_coordinator_with_a_fast_clock_takes_no_live_sweep(
     # process that a signal stops without its child).
     skewed = subprocess.Popen(
         [SLOTUNE, "coordinator", "--executor", "virtual", "--poll", "0.3", "--database-url",
-         postgres_url], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+         url], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL, text=True,
-        env={**os.environ, "LD_PRELOAD": str(libfaketime[0]), "FAKETIME": "+10m",
-             "FAKETIME_DONT_FAKE_MONOTONIC": "1"})
+        env={**os.environ, "LD_PRELOAD": str(libfaketime[0]), "FAKETIME": "+10m"})
     procs.started.append(skewed)
-    # By its clock every heartbeat is ten minutes stale: it would take both sweeps at its
-    # first poll, a second after it starts.
+    # By its clock every heartbeat is ten minutes stale: comparing clocks, it would take
+    # both sweeps at its first poll, a second after it starts.
     time.sleep(6)
     assert skewed.poll() is None  # it serves: a skew is said, not fatal
     assert [s for s in submitted if store.get_sweep(s).status == "running"], \
@@ -302,19 +322,80 @@ def test_a_coordinator_with_a_fast_clock_takes_no_live_sweep(
         assert sweep.claimed_by == holder and sweep.lease_epoch == 1  # never claimed again
     skewed.terminate()
     _, err = skewed.communicate(timeout=30)
-    assert "s ahead of the database's" in err, err[-2000:]
+    if url.startswith("postgresql"):  # SQLite's clock is the host's: no skew to see
+        assert "s ahead of the database's" in err, err[-2000:]
 
     wait_for(lambda: all(store.get_sweep(s).status == "done" for s in submitted), 240,
              "both sweeps to finish")
     assert healthy.poll() is None
     now = datetime.now(UTC) + timedelta(seconds=1)  # this host's clock is the database's
     for sweep_id in submitted:
-        rows = assert_survived(store, postgres_url, sweep_id, trials=20)
+        rows = assert_survived(store, url, sweep_id, trials=20)
         assert {t.worker for t in rows} == {holder}
         assert not [t for t in rows if t.status == "lost"]
         sweep = store.get_sweep(sweep_id)
         assert sweep.finished_at is not None and sweep.finished_at <= now  # none from the future
         assert all(t.finished_at is not None and t.finished_at <= now for t in rows)
+
+
+def test_a_dead_owners_sweep_is_taken_over_by_a_serving_coordinator_after_the_window(
+        chaos_db: tuple[Store, str], long_workload: Path, procs: Processes) -> None:
+    """``kill -9`` of a foreground sweep; a serving coordinator started after it watches
+    the heartbeat stand still for the stale window on its own clock, then takes the
+    sweep over and finishes it, on Postgres and on SQLite."""
+    from tuner.sweep.coordinator import STALE_AFTER_S
+
+    store, url = chaos_db
+    owner = sweep_run(procs, url, long_workload, "--trials", "4", "--confirm-top", "0")
+    sweep_id = wait_for(lambda: the_sweep(store), 60, "the sweep to be created")
+    wait_for(lambda: _mid_search(store, sweep_id), 120, "the owner to be mid-search")
+    owner.send_signal(signal.SIGKILL)
+    owner.wait(timeout=10)
+    dead = store.get_sweep(sweep_id).claimed_by
+
+    successor = procs.start("coordinator", "--executor", "virtual", "--poll", "0.3",
+                            "--database-url", url)
+    assert successor.stdout is not None and "serving sweeps" in successor.stdout.readline()
+    began = time.monotonic()
+    wait_for(lambda: store.get_sweep(sweep_id).claimed_by != dead, STALE_AFTER_S + 60,
+             "the serving coordinator to take the dead owner's sweep over")
+    assert time.monotonic() - began >= STALE_AFTER_S - 1  # not before it watched the window
+    wait_for(lambda: store.get_sweep(sweep_id).status == "done", 240, "the sweep to finish")
+    rows = assert_survived(store, url, sweep_id, trials=4)
+    assert {t.worker for t in rows if t.status == "lost"} <= {dead}
+    assert successor.poll() is None
+
+
+# --- the executor filter ----------------------------------------------------------------
+
+
+def test_sweeps_recorded_for_another_executor_hide_no_claimable_one(
+        chaos_db: tuple[Store, str]) -> None:
+    """Twenty older queued sweeps recorded on Ray before a claimable one: a virtual
+    coordinator runs the claimable one (issue 38: the filter came after ``LIMIT 20``,
+    and it found nothing to claim)."""
+    store, url = chaos_db
+    on_ray = ExecutorChoice(kind="ray", gpus=4)
+
+    def queue() -> int:
+        return queue_sweep(store, SweepRequest(
+            space="lab", mode="goodput", workload=LAB_4RPS, strategy="random",
+            budget=SweepBudget(max_trials=2, confirm_top=0))).id
+
+    for _ in range(20):  # a Ray coordinator claimed them, lost its cluster, requeued them
+        sweep_id = queue()
+        assert store.claim_sweep(sweep_id, "coordinator-ray", executor=on_ray) is not None
+        store.update_sweep(sweep_id, status="failed")
+        store.requeue_sweep(sweep_id)
+    claimable = queue()
+    run = subprocess.run([SLOTUNE, "coordinator", "--executor", "virtual", "--once",
+                          "--poll", "0.3", "--database-url", url], capture_output=True,
+                         text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert store.get_sweep(claimable).status == "done"
+    assert_survived(store, url, claimable, trials=2)
+    left = store.list_sweeps(status="queued").data
+    assert len(left) == 20 and all(s.executor == on_ray for s in left)
 
 
 # --- a resume keeps the executor -----------------------------------------------------
@@ -341,3 +422,41 @@ def test_a_killed_virtual_sweep_resumes_virtual_without_being_told(
             "before") in run.stdout
     assert "ray" not in (run.stdout + run.stderr).lower()  # no Ray was started
     assert_survived(store, postgres_url, sweep_id, trials=4)
+
+
+# --- a bad file that reaches a worker ---------------------------------------------------
+
+_TRACE_LINE = '{"timestamp": %d, "input_length": 600, "output_length": 16, "hash_ids": [0, 1]}\n'
+
+
+@pytest.mark.parametrize("executor", ["virtual", "ray"])
+def test_a_bad_file_that_reaches_a_worker_stops_the_sweep_with_its_line(
+        executor: str, postgres_store: Store, postgres_url: str, tmp_path: Path) -> None:
+    """The trace was good when the sweep was submitted (the submit checks it) and broken
+    before a worker read it: an input error, not a lost worker — no retry, no traceback,
+    the sweep stopped with the file's line and field, its trials left to run again once
+    the file is fixed (``sweep resume``)."""
+    store = postgres_store
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(_TRACE_LINE % (250 * i) for i in range(200)))
+    workload = tmp_path / "trace.yaml"
+    workload.write_text("name: chaos-trace\ndataset: {kind: mooncake_trace, path: trace.jsonl}"
+                        "\nnum_prompts: 40\nseed: 0\n")
+    sweep_id = submit(postgres_url, workload, trials=4)
+    trace.write_text(_TRACE_LINE % 0 + '{"timestamp": 250, "input_length": -3, '
+                     '"output_length": 16, "hash_ids": []}\n' + _TRACE_LINE % 500)
+    served = subprocess.run(
+        [SLOTUNE, "coordinator", "--executor", executor, "--once", "--poll", "0.5",
+         "--database-url", postgres_url],
+        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    output = served.stdout + served.stderr
+    assert served.returncode == 0, output[-3000:]
+    assert "Traceback" not in output and "Exception in thread" not in output, output[-3000:]
+    sweep = store.get_sweep(sweep_id)
+    assert sweep.status == "failed", sweep.stop_reason
+    reason = sweep.stop_reason or ""
+    assert "line 2: field 'input_length'" in reason and "\n" not in reason, reason
+    rows = store.list_trials(sweep_id).data
+    assert rows and all(t.attempt == 1 for t in rows), [(t.number, t.attempt) for t in rows]
+    assert not [t for t in rows if t.status in ("running", "pending")]
+    assert not [t for t in rows if t.status == "ok"]  # nothing was measured on the bad file

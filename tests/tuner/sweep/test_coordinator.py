@@ -614,3 +614,40 @@ def test_a_baseline_that_cannot_boot_fails_the_check_of_every_lossy_trial_once(
         assert "the sweep's lossless baseline" in quality["detail"]
         assert "CUDA out of memory" in quality["detail"]
 
+
+
+def test_a_resume_takes_a_silent_sweep_after_the_window_and_leaves_a_live_one(
+        store: Store, migrated_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without --takeover, a running sweep changes hands only once its heartbeat stood
+    still for the stale window, as this coordinator watched it (issue 38)."""
+    from tuner.db.errors import Conflict
+    from tuner.sweep import coordinator as coordinator_module
+
+    monkeypatch.setattr(coordinator_module, "STALE_AFTER_S", 0.8)
+    monkeypatch.setattr(coordinator_module, "WATCH_POLL_S", 0.1)
+    dead = queue_sweep(store, lab(max_trials=2, confirm_top=0))
+    assert store.claim_sweep(dead.id, "dead-coordinator") is not None
+    time.sleep(1.0)  # long dead, by any clock: still, this coordinator watches first
+    began = time.monotonic()
+    final = Coordinator(store, VirtualExecutor(2), database_url=migrated_url).run_sweep(dead.id)
+    assert time.monotonic() - began >= 0.8
+    assert final.status == "done" and final.claimed_by != "dead-coordinator"
+
+    live = queue_sweep(store, lab(max_trials=2, confirm_top=0))
+    held = store.claim_sweep(live.id, "live-coordinator")
+    assert held is not None and held.lease is not None
+    lease, stop = held.lease, threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(0.2):
+            store.heartbeat_sweep(lease)
+
+    beater = threading.Thread(target=beat, daemon=True)
+    beater.start()
+    try:
+        with pytest.raises(Conflict, match="--takeover"):
+            Coordinator(store, VirtualExecutor(2), database_url=migrated_url).run_sweep(live.id)
+    finally:
+        stop.set()
+        beater.join()
+    assert store.get_sweep(live.id).claimed_by == "live-coordinator"

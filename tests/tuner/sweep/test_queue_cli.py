@@ -19,10 +19,10 @@ pytestmark = pytest.mark.slow
 SLOTUNE = str(Path(sys.executable).with_name("slotune"))
 
 
-def slotune(*args: str, env: dict[str, str] | None = None
+def slotune(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None
             ) -> subprocess.CompletedProcess[str]:
     return subprocess.run([SLOTUNE, *args], capture_output=True, text=True, timeout=300,
-                          stdin=subprocess.DEVNULL, env=env)
+                          stdin=subprocess.DEVNULL, env=env, cwd=cwd)
 
 
 def test_submit_then_the_coordinator_runs_it_and_the_cli_reads_it_back(
@@ -119,3 +119,64 @@ def test_one_error_exits_the_same_way_from_every_command(
     for args in (["sweep", "status"], ["best"], ["db", "upgrade"]):
         code, line = refused(*args, url=away)
         assert code == 1 and "unavailable" in line and "hunter2" not in line, (args, line)
+
+
+def test_two_databases_sweep_1_reports_land_in_their_own_folders(tmp_path: Path) -> None:
+    """Issue 38: the default report folder was the sweep number only, so one database's
+    sweep 1 overwrote another's. It carries a short digest of the database now, and no
+    line names the database's URL."""
+    from tests.tuner.sweep_data import populate_finished_sweep
+    from tuner.db import migrate
+
+    env = {**os.environ, "SLOTUNE_HOME": str(tmp_path / "home")}
+    paths = []
+    for name in ("lab-a", "lab-b"):
+        url = f"sqlite:///{tmp_path / name / 'secret-name.db'}"
+        migrate.upgrade(url)
+        with Store(url) as store:
+            sweep_id = populate_finished_sweep(store).sweep_id
+        assert sweep_id == 1
+        run = slotune("sweep", "report", "1", "--database-url", url, env=env)
+        assert run.returncode == 0, run.stderr
+        assert "secret-name" not in run.stdout + run.stderr and name not in run.stdout
+        paths.append(Path(run.stdout.strip()))
+    assert paths[0] != paths[1] and all(p.is_file() for p in paths)
+    assert all(p.is_relative_to(tmp_path / "home" / "reports") for p in paths)
+    # The same database (here by a relative spelling of its path) keeps its folder.
+    again = slotune("sweep", "report", "1", "--database-url",
+                    "sqlite:///lab-b/secret-name.db", env=env, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert Path(again.stdout.strip()) == paths[1]
+
+
+def test_best_as_tsv_never_starts_a_cell_a_spreadsheet_would_evaluate(
+        store: Store, migrated_url: str) -> None:
+    """Issue 38: a workload named ``=HYPERLINK(…)`` came out first in its cell, where a
+    spreadsheet evaluates it. Cells that begin with ``= + - @``, a tab or a CR get a
+    leading quote (OWASP's CSV-injection advice); a tab or line break inside a value
+    would split the row, so it becomes a space."""
+    from workers.contracts import TrialResult
+
+    names = ['=HYPERLINK("http://evil.example/","open")', "@SUM(A1:A9)", "+1+2", "-1+2",
+             "\tleading-tab", "\rleading-cr", "inner\ttab\nline"]
+    for name in names:
+        workload = {**LAB_4RPS, "name": name}
+        sweep = queue_sweep(store, SweepRequest(space="lab", mode="goodput", workload=workload,
+                                                budget=SweepBudget(max_trials=1)),
+                            claimed_by="coordinator-tsv")
+        trial = store.start_trial(sweep.id, number=0, params={"max_num_seqs": 64},
+                                  lease=sweep.lease)
+        store.finish_trial(trial.id, TrialResult(run_id="t0", status="ok", objective=1.5,
+                                                 gate_passed=True), lease=sweep.lease)
+    run = slotune("best", "--output", "tsv", "--database-url", migrated_url)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.split("\n")[:-1]
+    header = lines[0].split("\t")
+    rows = [line.split("\t") for line in lines[1:]]
+    assert len(rows) == len(names) and all(len(r) == len(header) for r in rows)
+    for row in rows:
+        for cell in row:
+            assert cell[:1] not in ("=", "+", "-", "@", "\t", "\r"), row
+    workloads = {r[header.index("workload")] for r in rows}
+    assert workloads == {"'" + names[0], "'@SUM(A1:A9)", "'+1+2", "'-1+2", "' leading-tab",
+                         "' leading-cr", "inner tab line"}

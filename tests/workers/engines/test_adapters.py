@@ -12,6 +12,7 @@ import asyncio
 import os
 import re
 import signal
+import subprocess
 import sys
 import time
 import uuid
@@ -283,3 +284,44 @@ def test_vllm_environment_carries_what_vllm_reads(tmp_path: Path,
     assert cpu["VLLM_TARGET_DEVICE"] == "cpu" and "CUDA_VISIBLE_DEVICES" not in cpu
     # The simulated engine reads none of vLLM's variables.
     assert "VLLM_CPU_OMP_THREADS_BIND" not in make_engine(make_spec("sim"), tmp_path).environment()
+
+
+TRIAL_PROCESS = """
+import asyncio, sys, time
+from pathlib import Path
+from tests.workers.engines.test_adapters import make_spec
+from workers.engines import make_engine
+spec = make_spec("vllm", run_id=sys.argv[1], engine_binary=sys.argv[2])
+engine = make_engine(spec, Path(sys.argv[3]))
+engine.start()
+asyncio.run(engine.wait_ready(30))
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_trial_takes_its_engines_whole_process_group_with_it(tmp_path: Path) -> None:
+    """Issue 38: SIGKILL of the trial's process killed the engine (its parent-death
+    signal) but not the engine's own children, which held on (a GPU, in real life)."""
+    wrapper = tmp_path / "engine-with-a-child"
+    wrapper.write_text(f"#!/bin/sh\nsleep 300 &\nexec {SIM_BINARY} \"$@\"\n")
+    wrapper.chmod(0o755)
+    run_id = f"grandchild-{uuid.uuid4().hex[:8]}"
+    root = Path(__file__).resolve().parents[3]
+    trial = subprocess.Popen([sys.executable, "-c", TRIAL_PROCESS, run_id, str(wrapper),
+                              str(tmp_path / "work")], cwd=root, stdout=subprocess.PIPE,
+                             text=True, env={**os.environ, "SLOTUNE_SIM_GPU": "rtx4090"})
+    try:
+        assert trial.stdout is not None and trial.stdout.readline() == "ready\n"
+        engine = engine_pids(run_id)
+        assert len(engine) == 2  # the engine and the child it started
+        trial.kill()
+        trial.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while engine_pids(run_id) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert engine_pids(run_id) == [], "the engine's group outlived its trial"
+    finally:
+        trial.kill()
+        for pid in engine_pids(run_id):
+            os.kill(pid, signal.SIGKILL)

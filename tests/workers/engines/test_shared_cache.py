@@ -247,6 +247,32 @@ def test_a_turn_that_never_comes_boots_with_the_trials_own_caches(tmp_path: Path
     assert 0.5 <= engine.turn_wait_s <= waited  # the wait is the boot's, not the server's
 
 
+@pytest.mark.parametrize("entry", ["directory", "fifo", "symlink"])
+def test_a_lock_entry_that_is_not_a_file_boots_with_the_trials_own_caches(
+        entry: str, tmp_path: Path, node_cache: Path) -> None:
+    """Issue 38: a directory (or a FIFO) where a boot's lock file goes crashed the trial
+    (IsADirectoryError); as for an unusable folder, it boots with its own caches and says
+    why. A symlink there is not followed (its target would be truncated)."""
+    workdir = tmp_path / "trial"
+    engine = vllm_engine(workdir)
+    locks = node_cache / "locks"
+    locks.mkdir(parents=True)
+    path = locks / f"{engine.compile_key()}.lock"
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    {"directory": path.mkdir, "fifo": lambda: os.mkfifo(path),
+     "symlink": lambda: path.symlink_to(victim)}[entry]()
+
+    async def main() -> None:
+        async with engine.boot_slot(5):
+            assert engine.environment()["VLLM_CACHE_ROOT"] == str(workdir / "vllm-cache")
+
+    asyncio.run(main())
+    note = next(n for n in engine.notes if n.startswith("compile caches: "))
+    assert str(path) in note and "its own directory" in note
+    assert victim.read_text() == "keep me"
+
+
 # ---- the lock between processes ---------------------------------------------------------------
 
 HOLDER = textwrap.dedent("""

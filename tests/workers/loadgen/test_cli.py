@@ -341,7 +341,7 @@ def test_a_trace_read_with_the_wrong_block_size_says_so(stub_url: str, tmp_path:
                  str(_timed_trace(tmp_path)), "--timed-trace-chunk-hash-size", "8"])
     err = capsys.readouterr().err
     assert code == 2, err
-    assert "timed.jsonl:1: field 'input_length' is 20 tokens" in err
+    assert "timed.jsonl: line 1: field 'input_length' takes 3 block(s) of 8 tokens" in err
     assert "Is block_size (--timed-trace-chunk-hash-size) the trace's own?" in err
 
 

@@ -84,7 +84,7 @@ def test_trace(tmp_path: Path) -> None:
 def test_bad_trace_names_file_line_and_field(tmp_path: Path) -> None:
     trace = tmp_path / "bad.jsonl"
     trace.write_text('{"offset_s": 0, "prompt_len": 4, "output_len": 3}\n{"offset_s": 1}\n')
-    with pytest.raises(DatasetError, match=r"bad\.jsonl:2: field 'output_len'"):
+    with pytest.raises(DatasetError, match=r"bad\.jsonl: line 2: field 'output_len'"):
         sample_requests(TraceDataset(path=str(trace)), 5, 0)
     with pytest.raises(DatasetError, match="cannot be read"):
         sample_requests(TraceDataset(path=str(tmp_path / "missing.jsonl")), 5, 0)
@@ -193,7 +193,7 @@ def test_sharegpt_and_custom_file_errors_say_what_is_wrong(tmp_path: Path) -> No
         sample_requests(ShareGPTDataset(path=str(short)), 2, 0)
     custom = tmp_path / "c.jsonl"
     custom.write_text('{"prompt": "a b c", "output_tokens": 3}\n{"text": "no prompt"}\n')
-    with pytest.raises(DatasetError, match=r"c\.jsonl:2: each line needs a text 'prompt'"):
+    with pytest.raises(DatasetError, match=r"c\.jsonl: line 2: each line needs a text 'prompt'"):
         sample_requests(CustomDataset(path=str(custom), skip_chat_template=True), 2, 0)
     custom.write_text('{"prompt": "a b c"}\n')
     with pytest.raises(DatasetError, match="needs an integer 'output_tokens'"):

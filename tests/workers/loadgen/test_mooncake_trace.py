@@ -85,22 +85,27 @@ def test_blocks_depend_on_the_seed_and_warmup_has_blocks_of_its_own(tmp_path: Pa
 
 @pytest.mark.parametrize(("row", "message"), [
     ({"timestamp": 0, "input_length": 25, "output_length": 1, "hash_ids": [1, 2, 3]},
-     r"t\.jsonl:2: field 'input_length' is 25 tokens, which takes 4 block\(s\) of 8, but "
+     r"t\.jsonl: line 2: field 'input_length' takes 4 block\(s\) of 8 tokens, but "
      r"field 'hash_ids' names 3"),
     ({"timestamp": 0, "input_length": 16, "output_length": 1, "hash_ids": [1, 2, 3]},
-     r"t\.jsonl:2: field 'input_length' is 16 tokens, which takes 2 .* names 3.*17–24"),
+     r"t\.jsonl: line 2: field 'input_length' takes 2 .* names 3.*17–24"),
     ({"timestamp": 0, "input_length": 4, "output_length": 1, "hash_ids": [1, "x"]},
-     r"t\.jsonl:2: field 'hash_ids' must be a list of integers >= 0"),
+     r"t\.jsonl: line 2: field 'hash_ids' must be a list of integers >= 0"),
     ({"timestamp": 0, "input_length": 4, "output_length": 1, "hash_ids": [-1]},
-     r"t\.jsonl:2: field 'hash_ids' must be a list of integers >= 0"),
+     r"t\.jsonl: line 2: field 'hash_ids' must be a list of integers >= 0"),
     ({"timestamp": 0, "input_length": 0, "output_length": 1},
-     r"t\.jsonl:2: field 'input_length' must be an integer in \[1, "),
-    ({"timestamp": 0, "input_length": 4}, r"t\.jsonl:2: field 'output_length' must be"),
-    ({"input_length": 4, "output_length": 1}, r"t\.jsonl:2: field 'timestamp' must be a number"),
+     r"t\.jsonl: line 2: field 'input_length' must be an integer in \[1, "),
+    ({"timestamp": 0, "input_length": 4}, r"t\.jsonl: line 2: field 'output_length' must be"),
+    ({"input_length": 4, "output_length": 1},
+     r"t\.jsonl: line 2: field 'timestamp' must be a number"),
     ({"timestamp": -5, "input_length": 4, "output_length": 1},
-     r"t\.jsonl:2: field 'timestamp' must be a number >= 0"),
+     r"t\.jsonl: line 2: field 'timestamp' must be a number >= 0"),
     ({"timestamp": float("inf"), "input_length": 4, "output_length": 1},
-     r"t\.jsonl:2: field 'timestamp' must be a number >= 0"),
+     r"t\.jsonl: line 2: field 'timestamp' must be a number >= 0"),
+    ({"timestamp": float("nan"), "input_length": 4, "output_length": 1},
+     r"t\.jsonl: line 2: field 'timestamp' must be a number >= 0 .*got NaN"),
+    ({"timestamp": 0, "input_length": 4.5, "output_length": 1},
+     r"t\.jsonl: line 2: field 'input_length' must be an integer .*got a fractional number"),
 ])
 def test_a_bad_line_names_its_line_and_field(tmp_path: Path, row: dict[str, Any],
                                              message: str) -> None:
@@ -109,10 +114,20 @@ def test_a_bad_line_names_its_line_and_field(tmp_path: Path, row: dict[str, Any]
         sample_requests(_trace(path), 5, 0)
 
 
+def test_timestamps_that_go_back_in_time_are_refused_while_they_are_the_schedule(
+        tmp_path: Path) -> None:
+    path = _write(tmp_path, [ROWS[2], ROWS[1]])
+    with pytest.raises(DatasetError, match=r"t\.jsonl: line 2: field 'timestamp' goes back "
+                                           r"in time \(earlier than line 1's\)"):
+        sample_requests(_trace(path), 5, 0)
+    ignored = sample_requests(_trace(path, use_trace_arrivals=False), 5, 0)  # not read
+    assert [r.prompt_len for r in ignored] == [13, 16]
+
+
 def test_not_json_empty_and_missing_files_are_errors(tmp_path: Path) -> None:
     bad = tmp_path / "t.jsonl"
     bad.write_text('{"timestamp": 0, "input_length": 4, "output_length": 1}\nnope\n')
-    with pytest.raises(DatasetError, match=r"t\.jsonl:2: not valid JSON"):
+    with pytest.raises(DatasetError, match=r"t\.jsonl: line 2: not valid JSON"):
         sample_requests(_trace(bad), 5, 0)
     empty = tmp_path / "e.jsonl"
     empty.write_text("\n")

@@ -7,6 +7,9 @@ Loads are realistic and seeded: Qwen2.5-7B on one RTX 4090 with the seed's 512-i
 from __future__ import annotations
 
 import dataclasses
+import json
+import tracemalloc
+from pathlib import Path
 
 import pytest
 
@@ -259,3 +262,47 @@ def test_the_block_pool_hands_out_unused_blocks_first_then_the_least_recently_fr
     assert pool.num_free == 0 and not pool.reset()  # in use: the cache stays
     pool.release([1, 2, 0, 3, 4])
     assert pool.reset() and pool.cached == {}
+
+
+TINY_MODEL = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 8,
+              "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 2,
+              "intermediate_size": 16, "vocab_size": 512, "max_position_embeddings": 2048}
+"""The tiny model of issue 38: 512 bytes of KV a block, 250 million blocks on an H200."""
+
+
+def test_the_block_pool_takes_memory_for_the_blocks_it_used_not_the_blocks_it_has() -> None:
+    """Issue 38: the pool kept two Python lists as long as its block count (4 GB for the
+    tiny model on an H200). Its allocation follows the blocks handed out, whatever the
+    pool's size, and the blocks come out in vLLM's order still."""
+    tracemalloc.start()
+    try:
+        pool = BlockPool(5_000_000)
+        first = pool.take(1000)
+        for i, block in enumerate(first[:500]):
+            pool.register(block, 10_000 + i)
+        pool.release(first)
+        pool.touch([first[10]])  # a prefix hit on a freed, cached block
+        again = pool.take(2000)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert first == list(range(1000))
+    assert again == list(range(1000, 3000))  # the never used come first
+    assert pool.num_free == 5_000_000 - 2001 and pool.cached[10_010] == 10
+    assert peak < 1 << 20, f"{peak / 2**20:.0f} MiB for 3000 blocks handed out"
+
+
+def test_an_engine_of_a_tiny_model_on_an_h200_allocates_no_memory_per_kv_block(
+        tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(TINY_MODEL))
+    config = build_config(str(tmp_path), sim_gpu="h200")
+    tracemalloc.start()
+    try:
+        core = EngineCore(config)
+        result = simulate(config, poisson_load(50, 10.0, 256, 32, seed=1))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert core.plan.num_blocks > 200_000_000
+    assert len(result.requests) == 50
+    assert peak < 32 << 20, f"{peak / 2**20:.0f} MiB"

@@ -352,3 +352,56 @@ def test_a_missing_device_file_or_unknown_gpu_is_refused(tmp_path: Path) -> None
         get_gpu(str(tmp_path / "nope.yaml"))
     with pytest.raises(UnknownCatalogEntry, match="device file"):
         get_gpu("b200")
+
+
+@pytest.mark.parametrize(("config", "says"), [
+    ({**QWEN2_MOE, "num_experts": 0}, "num_experts must be a positive integer, got 0"),
+    ({**MISTRAL_7B, "model_type": "mixtral", "num_local_experts": 0, "num_experts_per_tok": 2},
+     "num_local_experts must be a positive integer, got 0"),
+    ({**MISTRAL_7B, "num_experts": 0}, "num_experts must be a positive integer, got 0"),
+    ({**QWEN2_MOE, "num_experts": "60"}, "num_experts must be a positive integer, got '60'"),
+    ({**MISTRAL_7B, "torch_dtype": "int3"},
+     "torch_dtype 'int3' is not a dtype vLLM serves; valid: bfloat16, float16, float32"),
+    ({**MISTRAL_7B, "torch_dtype": None, "dtype": "int3"}, "dtype 'int3'"),
+    ({**MISTRAL_7B, "torch_dtype": 16}, "torch_dtype 16 is not a dtype"),
+])
+def test_an_impossible_expert_count_or_dtype_is_refused_naming_the_field(
+        tmp_path: Path, config: dict[str, Any], says: str) -> None:
+    """Issue 38: ``num_experts: 0`` (a MoE model without experts, priced as dense) and
+    ``torch_dtype: int3`` were accepted silently."""
+    directory = model_dir(tmp_path, config)
+    with pytest.raises(ModelConfigError, match=re.escape(says)) as info:
+        get_model(str(directory))
+    assert "config.json" in str(info.value)
+
+
+def test_the_dtypes_of_published_configs_are_accepted(tmp_path: Path) -> None:
+    for i, dtype in enumerate(("bfloat16", "float16", "float32", "half", "float")):
+        assert get_model(str(model_dir(tmp_path, {**MISTRAL_7B, "torch_dtype": dtype},
+                                       f"m{i}"))).hidden_size == 4096
+    assert get_model(str(model_dir(tmp_path, {**MISTRAL_7B, "torch_dtype": None,
+                                              "dtype": "bfloat16"}, "v5"))).hidden_size == 4096
+
+
+@pytest.mark.parametrize(("change", "fragment"), [
+    ({"memory_gib": 1e8}, "memory_gib must be at most 16384"),
+    ({"memory_gib": None, "memory_bytes": 10**30}, "memory_bytes must be at most"),
+    ({"memory_gib": 0.01}, "memory_gib must be at least 0.5"),
+    ({"bf16_tflops": 1e9}, "bf16_tflops must be at most 100000"),
+    ({"fp8_tflops": 1e12}, "fp8_tflops must be at most 200000"),
+    ({"memory_bandwidth_gbps": 1e9}, "memory_bandwidth_gbps must be at most 100000"),
+    ({"interconnect_gbps": 1e9}, "interconnect_gbps must be at most 100000"),
+    ({"interconnect_latency_us": 1e12}, "interconnect_latency_us must be at most 100000"),
+])
+def test_datasheet_numbers_out_of_any_gpus_range_are_refused(
+        tmp_path: Path, change: dict[str, Any], fragment: str) -> None:
+    """Issue 38: ``memory_gib: 1e8`` was accepted and the engine ended in a bare
+    MemoryError; each number is bounded, and the message says the range and the unit."""
+    path = device_file(tmp_path, {**B200, **change})
+    with pytest.raises(DeviceFileError, match=re.escape(fragment)) as info:
+        get_gpu(str(path))
+    assert "got " in str(info.value)
+    # A trial on it is a configuration the engine refuses, with the same sentence.
+    result = run_virtual_trial(small_trial("Qwen/Qwen2.5-7B-Instruct", str(path)))
+    assert (result.status, result.failure) == ("failed", "invalid_config")
+    assert fragment in (result.failure_message or "")

@@ -40,8 +40,47 @@
     if (typeof v === "object") return JSON.stringify(v);
     return String(v);
   }
+  /* The read token of a server that wants one (SLOTUNE_API_READ_TOKEN): given in the
+   * page's fragment (#token=…, which no server sees; taken out of the address bar at
+   * once) or typed into the field the page shows when the API answers 401. Kept in
+   * sessionStorage (this tab, until it closes) and sent as a bearer header, never in a
+   * URL. */
+  var TOKEN_KEY = "slotune.readToken";
+  function readToken() {
+    var given = /(?:^#|&)token=([^&]*)/.exec(location.hash);
+    if (given) {
+      try { sessionStorage.setItem(TOKEN_KEY, decodeURIComponent(given[1])); } catch (e) { /* private mode */ }
+      history.replaceState(null, "", location.pathname + location.search);
+    }
+    try { return sessionStorage.getItem(TOKEN_KEY) || ""; } catch (e) { return ""; }
+  }
+  function askForToken(refused) {
+    var form = document.getElementById("token-form");
+    if (!form) {
+      var field = el("input", { id: "read-token", type: "password", autocomplete: "off",
+        placeholder: "SLOTUNE_API_READ_TOKEN", "aria-label": "read token" });
+      form = el("form", { id: "token-form", "class": "panel token" },
+        el("label", { "for": "read-token" }, "This server needs a read token to show anything: "),
+        field, el("button", { type: "submit" }, "Use token"),
+        el("p", { id: "token-note", "class": "muted" }, ""));
+      form.addEventListener("submit", function (ev) {
+        ev.preventDefault();
+        try { sessionStorage.setItem(TOKEN_KEY, field.value); } catch (e) { /* private mode */ }
+        location.reload();
+      });
+      var error = document.getElementById("error");
+      error.parentNode.insertBefore(form, error.nextSibling);
+    }
+    document.getElementById("token-note").textContent = refused
+      ? "The token this tab holds was refused; enter the server's read token."
+      : "It is kept in this tab only (sessionStorage) and sent as a bearer header.";
+  }
   function getJSON(path) {
-    return fetch(API + path, { headers: { Accept: "application/json" } }).then(function (r) {
+    var headers = { Accept: "application/json" };
+    var token = readToken();
+    if (token) headers.Authorization = "Bearer " + token;
+    return fetch(API + path, { headers: headers }).then(function (r) {
+      if (r.status === 401) askForToken(!!token);
       if (!r.ok) throw new Error(path + ": HTTP " + r.status);
       return r.json();
     });
