@@ -30,6 +30,7 @@ from tests.deploy.chart import (
     profile_values,
     render,
 )
+from tuner.settings import TrustSettings
 from workers.contracts import SLO, TrialSpec, Workload
 from workers.ray_worker import GPU_TYPES_ENV, parse_gpu_types, trial_resources
 
@@ -256,10 +257,17 @@ def test_operator_configuration_reaches_every_slotune_container(
     objects = render(merged(profile_values("gpu"), {"extraEnv": [
         {"name": "SLOTUNE_EXTRA", "value": "1"}]}))
     config = one(objects, "ConfigMap", "slotune-config")["data"]
-    assert json.loads(config["SLOTUNE_ENGINES"]) == {"vllm": "/usr/local/bin/vllm"}
-    assert json.loads(config["SLOTUNE_QUALITY_CHECKS"]) == {
-        "golden-mmlu": ["python3", "/opt/checks/mmlu.py", "--limit", "200"]}
-    assert json.loads(config["SLOTUNE_DATA_DIRS"]) == {"traces": "/data/traces"}
+    # the names and shapes issue 38's registries read (workers.trust, TrustSettings): a
+    # value the API server would refuse to start with fails here
+    assert json.loads(config["SLOTUNE_ENGINE_BINARIES"]) == {"vllm": "/usr/local/bin/vllm"}
+    assert json.loads(config["SLOTUNE_QUALITY_COMMANDS"]) == {"golden-mmlu": {
+        "argv": ["python3", "/opt/checks/mmlu.py", "--limit", "200"], "timeout_s": 1800}}
+    assert json.loads(config["SLOTUNE_DATA_DIRS"]) == ["/data/traces"]
+    trust = TrustSettings.model_validate({name: config[name] for name in (
+        "SLOTUNE_ENGINE_BINARIES", "SLOTUNE_QUALITY_COMMANDS", "SLOTUNE_DATA_DIRS")})
+    assert trust.engine_binaries == {"vllm": "/usr/local/bin/vllm"}
+    assert trust.quality_commands["golden-mmlu"].timeout_s == 1800
+    assert [str(d) for d in trust.data_dirs] == ["/data/traces"]
     assert config["SLOTUNE_LOG_LEVEL"] == "info"
     slotune_containers = [(w, c) for w, _, _, c in _containers(objects)
                           if not c["image"].startswith("postgres:")]

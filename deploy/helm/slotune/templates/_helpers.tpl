@@ -89,9 +89,9 @@ slotune.io/ray-version: {{ .root.Values.ray.version | quote }}
 {{/*
 The operator's configuration as environment variables (the ConfigMap <release>-config).
 The variable names of issue 38's registries are set here and only here:
-  operator.engines        -> SLOTUNE_ENGINES         JSON {name: binary path}
-  operator.qualityChecks  -> SLOTUNE_QUALITY_CHECKS  JSON {name: [argv]}
-  operator.dataDirs       -> SLOTUNE_DATA_DIRS       JSON {name: directory}
+  operator.engines        -> SLOTUNE_ENGINE_BINARIES  JSON {name: binary path}
+  operator.qualityChecks  -> SLOTUNE_QUALITY_COMMANDS JSON {name: {argv, timeout_s}}
+  operator.dataDirs       -> SLOTUNE_DATA_DIRS        JSON [directory, …] (the map's values)
 and what the chart knows of the cluster:
   SLOTUNE_GPU_TYPES       space GPU=worker group gpuType, for vLLM trials (gpuTypeMap and
                           the identity of every GPU group's gpuType)
@@ -101,9 +101,9 @@ then operator.env as given.
 */}}
 {{- define "slotune.operatorEnv" -}}
 {{- $env := dict -}}
-{{- with .Values.operator.engines }}{{ $_ := set $env "SLOTUNE_ENGINES" (toJson .) }}{{ end -}}
-{{- with .Values.operator.qualityChecks }}{{ $_ := set $env "SLOTUNE_QUALITY_CHECKS" (toJson .) }}{{ end -}}
-{{- with .Values.operator.dataDirs }}{{ $_ := set $env "SLOTUNE_DATA_DIRS" (toJson .) }}{{ end -}}
+{{- with .Values.operator.engines }}{{ $_ := set $env "SLOTUNE_ENGINE_BINARIES" (toJson .) }}{{ end -}}
+{{- with .Values.operator.qualityChecks }}{{ $_ := set $env "SLOTUNE_QUALITY_COMMANDS" (toJson .) }}{{ end -}}
+{{- with .Values.operator.dataDirs }}{{ $dirs := list }}{{ range $name := keys . | sortAlpha }}{{ $dirs = append $dirs (get $.Values.operator.dataDirs $name) }}{{ end }}{{ $_ := set $env "SLOTUNE_DATA_DIRS" (toJson $dirs) }}{{ end -}}
 {{- $types := dict -}}
 {{- $maxGpus := 0 -}}
 {{- range .Values.workerGroups -}}
