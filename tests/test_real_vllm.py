@@ -28,6 +28,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 
 SLOTUNE = str(Path(sys.executable).with_name("slotune"))
 INPUT_LEN, OUTPUT_LEN, PROMPTS = 128, 24, 24
+PROBE_PROMPTS = 70
 
 
 def write_space(folder: Path, **changes: Any) -> Path:
@@ -49,8 +50,11 @@ def write_space(folder: Path, **changes: Any) -> Path:
         },
         "slo": "ttft:3000,tpot:300",  # generous: facts are under test, not speed
         "mode": "capacity",
+        # short probes read at their own percentile (confidence 0.5: 69 requests can
+        # show a p99): the engine's facts are under test here, not its capacity
         "capacity": {"min_rate": 1, "max_rate": 16, "max_probes": 3,
-                     "prompts_per_probe": PROMPTS},
+                     "prompts_per_probe": PROBE_PROMPTS, "confidence": 0.5,
+                     "extensions": 0},
     }
     space.update(changes)
     path = folder / "tiny-cpu.yaml"
@@ -87,10 +91,31 @@ def test_capacity_trial_on_real_vllm_reports_engine_facts_and_no_probe_hits_the_
     assert all(p["prefix_cache_hit_tokens"] == 0 for p in probes), probes
     metrics = result["metrics"]
     assert metrics["slotune"]["prompts_as"] == "token ids"
-    assert metrics["total_input_tokens"] == PROMPTS * INPUT_LEN
+    # the result's metrics are the highest passing probe's requests, every run of it
+    [low] = [p for p in probes if p["request_rate"] == result["capacity_low"]]
+    assert metrics["total_input_tokens"] == low["num_requests"] * INPUT_LEN
     server_counted = metrics["slotune"]["metrics_scrape"]["counters"]["vllm:prompt_tokens_total"]
     assert server_counted == metrics["total_input_tokens"]
     assert engine_pids(run_id) == []
+
+
+def test_a_probe_the_real_engine_falls_behind_on_is_never_a_pass(tmp_path: Path) -> None:
+    # The real-engine case: with 30-request probes every rate passed up to the
+    # search's ceiling of 64 req/s while the engine completed 26.4 there, and the ceiling
+    # was reported. Now a probe passes only at steady state and under its bound.
+    space = write_space(tmp_path, slo="ttft:1000,tpot:100", capacity={
+        "min_rate": 1, "max_rate": 64, "max_probes": 6, "start_rate": 2,
+        "prompts_per_probe": PROBE_PROMPTS, "confidence": 0.5, "extensions": 0})
+    proc = slotune("trial", "run", "--space", str(space), "--json", timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout)
+    probes = result["capacity_probes"]
+    for p in probes:
+        if p["verdict"] == "pass":
+            assert p["completed_rate"] >= 0.95 * p["offered_rate"], p
+    fastest = max(probes, key=lambda p: p["request_rate"])
+    assert fastest["verdict"] != "pass" and result["capacity_low"] < 64
+    assert result["capacity_high"] is not None  # an interval, not the ceiling
 
 
 def test_max_model_len_beyond_the_model_is_invalid_config_fast(tmp_path: Path) -> None:

@@ -20,9 +20,11 @@ from pydantic import (
     ConfigDict,
     Field,
     SerializeAsAny,
+    SerializerFunctionWrapHandler,
     ValidationInfo,
     field_serializer,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -35,6 +37,8 @@ __all__ = [
     "FILE_DATASETS",
     "GOLDEN_PROMPTS",
     "INPUT_FAILURES",
+    "MIN_RELATIVE_TOLERANCE",
+    "PROBE_EXTENSIONS",
     "RUN_ID_ALIASES",
     "SLO",
     "SLO_METRICS",
@@ -56,13 +60,16 @@ __all__ = [
     "ObjectiveMode",
     "PhaseTimings",
     "PrefixRepetitionDataset",
+    "ProbeVerdict",
     "QualityGate",
     "QualityVerdict",
     "RampUp",
     "RandomDataset",
+    "RankingProbes",
     "SLOMetric",
     "ShareGPTDataset",
     "ShareGPTLikeDataset",
+    "TailEvidence",
     "TraceDataset",
     "TraceFields",
     "TrialResult",
@@ -408,9 +415,23 @@ class Workload(_Strict):
     """Measured requests; at most a million (a run that long is a mistake, not a sweep)."""
     warmup_requests: int = Field(0, ge=0, le=100_000)
     seed: int = 0
+    token_seed: int | None = None
+    """Other tokens for the same requests: the synthetic prompts' word ids relabelled by a
+    permutation drawn from this seed (:func:`workers.loadgen.datasets.relabel`) — the
+    sample's lengths, arrivals and shared prefixes stay the seed's. A capacity probe's
+    own (so no probe is served from another's prefix cache); None: the seed's tokens."""
     endpoint: Literal["completions", "chat"] = "completions"
     request_timeout_s: float = Field(600.0, gt=0)
     """Deadline of one request, engine time; a request past it is recorded as failed."""
+
+    @model_serializer(mode="wrap")
+    def _no_token_seed_unset(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # A workload as users write and store it has no token_seed: leave the unset one
+        # out, so stored workloads and specs read the same to every version.
+        data = handler(self)
+        if isinstance(data, dict) and self.token_seed is None:
+            data.pop("token_seed", None)
+        return data
 
 
 # --- SLO -----------------------------------------------------------------------------------
@@ -584,21 +605,67 @@ class EngineChoice(_Strict):
         return self.options if isinstance(self.options, model) else model()
 
 
+MIN_RELATIVE_TOLERANCE = 0.01
+"""The finest capacity interval a search may ask for: two probes 1 % apart differ by less
+than an engine's own run-to-run noise, so finite probes cannot order them."""
+PROBE_EXTENSIONS = 2
+"""An undecided probe is extended this many times (by its first run's size) by default."""
+
+
+class RankingProbes(_Strict):
+    """How a sweep's search phase probes (:meth:`CapacitySearch.for_ranking`). Its readings
+    only rank configurations: the number a sweep reports for its winner comes from
+    confirmation runs with the full design on fresh samples, never from these."""
+
+    confidence: float = Field(0.5, ge=0.5, le=0.999)
+    """The verdicts' confidence while ranking: 0.5 (the default) reads each probe's own
+    percentile against the target, the sharpest comparison a probe of the same size
+    gives; the sample is the same for every configuration, so rankings are paired."""
+    relative_tolerance: float = Field(0.1, ge=MIN_RELATIVE_TOLERANCE, lt=1)
+    """The interval width ranking stops at (the search's own when that is coarser)."""
+    extensions: int = Field(0, ge=0, le=20)
+    """Extensions of an undecided ranking probe (0: it stays undecided)."""
+    prompts_per_probe: int | None = Field(None, ge=1)
+    """Requests of a ranking probe (None: as many as the search's own first run sends)."""
+
+
 class CapacitySearch(_Strict):
-    """Capacity mode: the highest request rate at which the SLO gate holds."""
+    """Capacity mode: the highest request rate at which one replica holds the SLO, as an
+    interval (:mod:`workers.pipeline`): the highest rate shown to pass, the lowest shown to
+    fail or left undecided, and the requests they rest on.
+
+    Each rate is a *probe*, judged statistically (:mod:`workers.loadgen.verdict`): it
+    passes only at steady state and when every SLO percentile's confidence bound is
+    within target; a probe the sample cannot decide is extended with more requests at the
+    same rate, up to ``max_prompts_per_probe``, and stays undecided past it — never a
+    pass."""
 
     min_rate: float = Field(0.5, gt=0)
     max_rate: float = Field(256.0, gt=0)
     relative_tolerance: float = Field(0.05, gt=0, lt=1)
+    """The interval's width at which the bisection stops (``high / low − 1``); at least
+    :data:`MIN_RELATIVE_TOLERANCE`."""
     max_probes: int = Field(10, ge=2)
+    """Rates probed at most (a probe's extensions are part of its probe)."""
     start_rate: float | None = Field(None, gt=0)
-    """Where the bracket starts (None: the workload's rate). A sweep starts each trial at
-    what its best configuration so far carries, scaled to the trial's GPUs; a
-    confirmation repeat at the rate its first run found."""
+    """Where the bracket starts (None: the workload's rate). A sweep starts each trial
+    where it predicts the capacity (the best so far, or the twin's prediction): a start
+    saves probes, it cannot move the interval."""
     step: float = Field(2.0, gt=1, le=16)
-    """The bracket's factor: up (or down) by this much until the gate's answer flips."""
+    """The bracket's factor: up (or down) by this much until the verdict flips."""
+    confidence: float = Field(0.95, ge=0.5, le=0.999)
+    """How sure a verdict is: a probe passes when each SLO percentile's upper confidence
+    bound at this level is within target (fails when its lower bound is over). 0.5 reads
+    the sample's own percentile (a screening, not a measurement)."""
     prompts_per_probe: int | None = Field(None, ge=1)
-    """Requests per probe (default: the workload's num_prompts)."""
+    """Requests of a probe's first run (default: the workload's num_prompts); at least
+    what a pass needs at ``confidence`` (p99 at 95 %: 299), and ``min_probe_s``."""
+    extensions: int = Field(PROBE_EXTENSIONS, ge=0, le=20)
+    """How many more runs (each of the first run's size, fresh requests) an undecided probe
+    may pool before it stays undecided."""
+    max_prompts_per_probe: int | None = Field(None, ge=1)
+    """At most this many requests a probe (its runs together); None: no cap but
+    ``extensions``."""
     min_probe_s: float | None = Field(None, gt=0, le=3600)
     """A probe at rate r sends at least r × this many requests (engine seconds of
     arrivals): a short burst above capacity ends before its queue builds up, so short
@@ -608,6 +675,70 @@ class CapacitySearch(_Strict):
     session lifetimes (:func:`workers.loadgen.sessions.steady_arrivals_s`), so that the
     server spends most of it in the steady state of its rate; 0 sends the probe's prompt
     count as it is (a screening's cheap probe, which only ranks)."""
+    sample_confidence: float | None = Field(None, ge=0.5, le=0.999)
+    """Probes are sized as for verdicts at this confidence (None: their own): a ranking
+    reads a sample as large as a measurement's, at its own lower confidence."""
+    resolve_undecided: bool = True
+    """Refine on both sides of a rate left undecided, so the interval's ends are the
+    highest pass and the lowest fail (a confidence interval); False: an undecided rate
+    ends the interval from above (a ranking's cheaper bisection)."""
+    ranking: RankingProbes = Field(default_factory=lambda: RankingProbes())
+    """How a sweep's search phase probes (:meth:`for_ranking`): enough to rank the
+    configurations; the sweep's answer is measured by its confirmation with this
+    search's own design."""
+
+    @field_validator("relative_tolerance")
+    @classmethod
+    def _resolvable(cls, value: float) -> float:
+        if value < MIN_RELATIVE_TOLERANCE:
+            raise ValueError(
+                f"relative_tolerance {value:g} is finer than probes can resolve: two rates "
+                f"closer than {MIN_RELATIVE_TOLERANCE:.0%} differ by less than an engine's "
+                f"own run-to-run noise; use at least {MIN_RELATIVE_TOLERANCE:g} (0.05 is a "
+                "5 % interval)")
+        return value
+
+    @model_validator(mode="after")
+    def _rates_in_order(self) -> CapacitySearch:
+        if self.min_rate > self.max_rate:
+            raise ValueError(f"min_rate ({self.min_rate:g}) must be <= max_rate "
+                             f"({self.max_rate:g})")
+        return self
+
+    def for_ranking(self) -> CapacitySearch:
+        """This search as a sweep's search phase runs it: :attr:`ranking`'s confidence,
+        tolerance and probe size, an undecided rate the upper end — a reading that ranks,
+        not an answer."""
+        ranking = self.ranking
+        return self.model_copy(update={
+            "confidence": ranking.confidence, "extensions": ranking.extensions,
+            "prompts_per_probe": ranking.prompts_per_probe or self.prompts_per_probe,
+            "sample_confidence": None if ranking.prompts_per_probe else self.confidence,
+            "resolve_undecided": False,
+            "relative_tolerance": max(self.relative_tolerance,
+                                      ranking.relative_tolerance)})
+
+    def unable(self, percentile: float) -> str | None:
+        """Why this search could never give a verdict on an SLO at ``percentile`` (a probe
+        too small for a pass at its confidence), with what would; None when it can."""
+        from workers.loadgen.verdict import min_requests_to_pass
+
+        checks = [("capacity.prompts_per_probe", self.prompts_per_probe, self.confidence),
+                  ("capacity.max_prompts_per_probe", self.max_prompts_per_probe,
+                   self.confidence),
+                  ("capacity.ranking.prompts_per_probe", self.ranking.prompts_per_probe,
+                   self.ranking.confidence)]
+        for name, requests, confidence in checks:
+            needed = min_requests_to_pass(percentile, confidence)
+            if requests is not None and requests < needed:
+                lower = min_requests_to_pass(percentile, 0.9) if confidence > 0.9 else None
+                return (f"{name} {requests} cannot give a verdict: at p{percentile:g} and "
+                        f"{confidence:.0%} confidence a pass needs at least {needed} "
+                        "requests, none over target; give at least "
+                        f"{needed}" + (f", or a lower confidence (0.9 needs {lower})"
+                                       if lower is not None else ""))
+        return None
+
 
 
 # --- the quality gate (lossy knob values) --------------------------------------------------
@@ -876,14 +1007,58 @@ class EngineFacts(_Strict):
     resolved_config: dict[str, Any] = Field(default_factory=dict)
 
 
+ProbeVerdict = Literal["pass", "fail", "overload", "undecided", "client_bound"]
+"""What a capacity probe showed (:mod:`workers.loadgen.verdict`)."""
+
+
+class TailEvidence(_Strict):
+    """What one SLO target's values said of its percentile at the probe's confidence."""
+
+    n: int
+    """Values the percentile is over (a failed request is one, infinitely slow)."""
+    exceeding: int
+    """Of those, over the target."""
+    allowed: int
+    """The most exceedances a pass tolerates at this ``n`` (−1: ``n`` too small)."""
+    fail_at: int
+    """The fewest exceedances that fail at this ``n``."""
+    upper_ms: float | None = None
+    """The percentile's upper confidence bound (an order statistic), ms."""
+    lower_ms: float | None = None
+    """The percentile's lower confidence bound, ms."""
+
+
 class CapacityProbe(_Strict):
-    """One rate tried in capacity mode and what the gate said."""
+    """One rate tried in capacity mode and what it showed."""
 
     request_rate: float
     gate_passed: bool
+    """Whether the probe passed (``verdict == "pass"``; probes stored before verdicts:
+    the sample's own percentile within target)."""
     request_goodput: float
     ratios: dict[str, float] = Field(default_factory=dict)
-    """observed / target per SLO metric."""
+    """observed / target per SLO metric (the sample's own percentile)."""
+    verdict: ProbeVerdict | None = None
+    """What the probe showed at ``confidence`` (None: stored before verdicts)."""
+    confidence: float | None = None
+    tails: dict[str, TailEvidence] = Field(default_factory=dict)
+    """Per SLO target, what its values said of the percentile (the verdict's evidence)."""
+    runs: int = 1
+    """Measured runs the probe pooled: its first, and the extensions an undecided verdict
+    asked for (each with fresh requests at the same rate)."""
+    offered_rate: float | None = None
+    """Requests that arrived per second over the probe's steady window."""
+    completed_rate: float | None = None
+    """What the engine got through there: the offered rate less the growth of requests in
+    flight (:class:`workers.loadgen.verdict.SteadyState`)."""
+    queue_growth: float | None = None
+    """How fast requests in flight grew over the steady window, req/s."""
+    waiting_growth: float | None = None
+    """How fast the engine's waiting queue grew, req/s (None: not scraped)."""
+    steady_window_s: float | None = None
+    """The steady window the rates are over, engine seconds (0: too short to judge)."""
+    queue_growth_se: float | None = None
+    """The growth's standard error, req/s (what a window this long can resolve)."""
     prefix_cache_hit_tokens: float | None = None
     """Prompt tokens served from the prefix cache during this probe (the engine's counter;
     None when its metrics were not scraped)."""
@@ -906,7 +1081,8 @@ class CapacityProbe(_Strict):
     """Requests that errored (the error budget, ``max_error_rate``, is over these)."""
     duration_s: float | None = None
     request_throughput: float | None = None
-    """Completed requests per second (engine time)."""
+    """Completed requests per second over the probe's runs (engine time, drains included,
+    as ``vllm bench serve`` counts it)."""
     output_throughput: float | None = None
     """Output tokens per second of the completed requests (the whole replica)."""
     total_token_throughput: float | None = None
@@ -916,10 +1092,10 @@ class CapacityProbe(_Strict):
     distorts what the probe measured."""
     client_bound: bool | None = None
     early_abort: str | None = None
-    """Why the probe stopped measuring early (its own SLO could no longer hold); its
-    percentiles then cover only the requests that finished before."""
+    """Why the probe stopped measuring early (its SLO's bound was already over target);
+    its percentiles then cover only the requests that finished before."""
     early_abort_metric: str | None = None
-    """The metric whose breakers stopped it (too many for the percentile to hold)."""
+    """The metric whose breakers stopped it."""
 
 
 class QualityVerdict(_Strict):
@@ -969,7 +1145,16 @@ class TrialResult(_Strict):
     diagnosis: dict[str, Any] | None = None
     early_abort: str | None = None
     capacity: float | None = None
-    """capacity mode: the highest rate (req/s) at which one replica held the SLO."""
+    """capacity mode: what one replica carries under the SLO, req/s — the centre of the
+    measured interval (:attr:`capacity_low` … :attr:`capacity_high`, geometric); 0 when no
+    rate passed. Rows stored before intervals: the highest rate that held."""
+    capacity_low: float | None = None
+    """capacity mode: the highest rate shown to pass (what a fleet is sized from)."""
+    capacity_high: float | None = None
+    """capacity mode: the lowest rate shown to fail (or, none failing, the highest left
+    undecided); None: the search's ceiling passed."""
+    capacity_requests: int | None = None
+    """Requests the interval rests on: the probes at its two ends."""
     capacity_probes: tuple[CapacityProbe, ...] = ()
     engine: EngineFacts = Field(default_factory=EngineFacts)
     timings: PhaseTimings = Field(default_factory=PhaseTimings)

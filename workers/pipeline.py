@@ -4,20 +4,22 @@ abort, scrape) → score → result.
 A :class:`Backend` is where the engine runs: the live engine (any adapter, a real
 process; :mod:`workers.trial`) or the simulated engine in virtual time
 (:mod:`workers.virtual_trial`). Everything else is here, once: the goodput and capacity
-modes, the capacity search (:func:`capacity_search`, a pure generator over the probe's
-verdicts; :func:`warm_search` and :func:`remeasure_search` say where a sweep starts it),
-the error budget, and every :class:`~workers.contracts.TrialResult` a trial can end with
-— so a virtual trial answers what the live one would, field for field:
+modes (the capacity search and its probes' verdicts: :mod:`workers.capacity`), the error
+budget, and every :class:`~workers.contracts.TrialResult` a trial can end with — so a
+virtual trial answers what the live one would, field for field:
 
 * ``ok``: the scored run, ``constraints`` = ``fits: -1`` plus one per SLO target,
   ``slo_margins`` for the targets with a finite observation, the vLLM-format metrics;
 * ``failed``: a failure class and message (``fits: 1`` for a refusal or an OOM, which
   teaches the sampler the configuration does not fit; ``-1`` otherwise), no metrics;
-* capacity mode: the highest passing rate (``capacity``, per replica), every probe, and
-  the objective that rate per GPU of the replica (TP × PP × DP); when no rate passes, the
-  lowest probe's scored run with objective 0 (it says how far off the SLO was); a probe
-  over the error budget does not pass, and a lowest probe over it fails the trial
-  ``benchmark_errors`` (the engine could not serve, whatever the rate).
+* capacity mode: the interval the search showed — ``capacity_low`` the highest rate
+  shown to pass (per replica), ``capacity_high`` the lowest shown to fail,
+  ``capacity_requests`` what they rest on, ``capacity`` its centre — every probe with
+  its verdict, and the objective ``capacity`` per GPU of the replica (TP × PP × DP);
+  when no rate passes, the lowest probe's scored run with objective 0 (it says how far
+  off the SLO was); a probe over the error budget does not pass, and a lowest probe over
+  it fails the trial ``benchmark_errors`` (the engine could not serve, whatever the
+  rate).
 
 A lossy configuration (``spec.quality``) is checked right after boot, before any load:
 golden requests compared with the lossless baseline's answers (measured first, on the
@@ -28,27 +30,20 @@ measured as usual and carries its verdict and ``quality`` ≤ 0. A sweep measure
 baseline once, as a trial of its own (``spec.golden_reference``: boot, answer the
 golden prompts, stop; the answers are the result's ``golden_answers``), and hands them to
 every lossy trial as the gate's ``reference``.
-
-Capacity probe ``i`` samples with the workload's seed + ``i`` × :data:`PROBE_SEED_STRIDE`:
-fresh prompts, so no probe is served from an earlier probe's prefix cache (vLLM serves
-``/reset_prefix_cache`` only in its dev mode).
 """
 
 from __future__ import annotations
 
-import math
 import time
-from collections.abc import Generator
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from workers.capacity import measure_capacity, over_error_budget
 from workers.contracts import (
-    CapacityProbe,
-    CapacitySearch,
     EngineFacts,
     FailureClass,
     GoldenCheck,
-    MultiTurnDataset,
     PhaseTimings,
     QualityGate,
     QualityVerdict,
@@ -60,9 +55,7 @@ from workers.engines import EngineFailure, boot_phases
 from workers.loadgen.datasets import DatasetError
 from workers.loadgen.diagnosis import diagnose
 from workers.loadgen.result import OURS, ResultInfo, build_result
-from workers.loadgen.scoring import PROBE_PERCENTILES, Score, gate_percentiles
-from workers.loadgen.scrape import PREFIX_CACHE_HITS
-from workers.loadgen.sessions import session_summary, steady_arrivals_s
+from workers.loadgen.scoring import Score
 from workers.loadgen.symptoms import with_symptoms
 from workers.quality import (
     QUALITY,
@@ -78,22 +71,13 @@ if TYPE_CHECKING:  # annotations only: the pipeline's callers need no HTTP clien
 
 __all__ = [
     "FITS",
-    "PROBE_SEED_STRIDE",
-    "WARM_STEP",
     "Backend",
     "Measured",
-    "capacity_search",
-    "probe_workload",
-    "remeasure_search",
     "run_pipeline",
-    "warm_search",
 ]
 
 FITS = "fits"
 """The constraint every result carries: ≤ 0 when the configuration booted."""
-PROBE_SEED_STRIDE = 7919
-WARM_STEP = 1.5
-"""The capacity search's bracket step once the sweep knows a rate to start from."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,8 +105,13 @@ class Backend(Protocol):
 
     async def boot(self) -> None: ...
 
-    async def measure(self, workload: Workload) -> Measured:
-        """Warm up, load and score ``workload``; the engine dying is an EngineFailure."""
+    async def measure(self, workload: Workload, *,
+                      abort_allowed: Mapping[str, int] | None = None) -> Measured:
+        """Warm up, load and score ``workload``; the engine dying is an EngineFailure.
+
+        ``abort_allowed``: a capacity probe's early abort — stop once more requests than
+        this broke a target (per metric), where its confidence bound can only fail; None:
+        the spec's own early abort (the gate's percentile can no longer hold)."""
         ...
 
     async def before_probe(self) -> None:
@@ -141,115 +130,6 @@ class Backend(Protocol):
         ...
 
     def log_tail(self) -> str | None: ...
-
-
-def capacity_search(search: CapacitySearch, start_rate: float
-                    ) -> Generator[float, bool, float | None]:
-    """The capacity search as a pure generator: yields the next rate to probe, is sent
-    whether the SLO held there, and returns the highest rate that held (None: none did).
-
-    Bracket by stepping up from the start rate by ``search.step`` (or down from it), then
-    bisect geometrically until the bracket is within the relative tolerance or
-    ``max_probes`` are spent. ``search.start_rate``, when set, wins over ``start_rate``.
-    """
-    rate = search.min_rate
-    if search.start_rate is not None:
-        start_rate = search.start_rate
-    if math.isfinite(start_rate):
-        rate = min(max(start_rate, search.min_rate), search.max_rate)
-    low: float | None = None
-    high: float | None = None
-    probes = 0
-    while probes < search.max_probes:
-        held = yield rate
-        probes += 1
-        if held:
-            low = rate
-            if rate >= search.max_rate or high is not None:
-                break
-            rate = min(rate * search.step, search.max_rate)
-        else:
-            high = rate
-            if rate <= search.min_rate or low is not None:
-                break
-            rate = max(rate / search.step, search.min_rate)
-    while (low is not None and high is not None and probes < search.max_probes
-           and high / low - 1 > search.relative_tolerance):
-        mid = math.sqrt(low * high)
-        held = yield mid
-        probes += 1
-        if held:
-            low = mid
-        else:
-            high = mid
-    return low
-
-
-def warm_search(search: CapacitySearch, best_per_gpu: float, gpus: int) -> CapacitySearch:
-    """``search`` started from one fact of the sweep: the best capacity per GPU so far.
-
-    It starts where the best configuration so far is, scaled to this replica's ``gpus``,
-    in smaller steps: most configurations carry a rate near it, and the probes far below
-    it — the long ones — tell nothing.
-    """
-    return search.model_copy(update={"start_rate": best_per_gpu * gpus,
-                                     "step": min(search.step, WARM_STEP)})
-
-
-def remeasure_search(search: CapacitySearch, capacity: float) -> CapacitySearch:
-    """``search`` around a ``capacity`` a first run found (a confirmation repeat): one
-    bracket step of twice the tolerance each way settles it in two or three probes instead
-    of a new search."""
-    return search.model_copy(update={"start_rate": capacity,
-                                     "step": 1 + 2 * search.relative_tolerance})
-
-
-def probe_medians(score: Score) -> dict[str, float]:
-    """The median TTFT and TPOT of a run, ms (those it measured)."""
-    return {metric: summary.median for metric in ("ttft", "tpot")
-            if (summary := score.summaries.get(metric)) is not None and summary.median > 0}
-
-
-def probe_measurement(spec: TrialSpec, measured: Measured) -> dict[str, Any]:
-    """What a capacity probe keeps of its run beyond its own gate: percentiles of every
-    metric, throughputs, errors, the client's lag — enough to gate it under another SLO
-    later (:mod:`tuner.planning.rescore`) and to place it on the frontier."""
-    run, sc = measured.run, measured.score
-    return {
-        "percentiles_ms": gate_percentiles(sc.per_request,
-                                           (*PROBE_PERCENTILES, spec.slo.percentile)),
-        "num_requests": sc.num_requests, "failed_requests": sc.failed,
-        "duration_s": sc.duration_s, "request_throughput": sc.request_throughput,
-        "output_throughput": sc.output_throughput,
-        "total_token_throughput": sc.total_token_throughput,
-        "send_lag_p99_ms": run.send_lag.p99_ms, "client_bound": run.send_lag.client_bound,
-        "early_abort": run.early_abort.reason if run.early_abort else None,
-        "early_abort_metric": run.early_abort.metric if run.early_abort else None,
-    }
-
-
-def probe_workload(spec: TrialSpec, rate: float, index: int) -> Workload:
-    """Capacity probe ``index`` at ``rate``: its own prompts, the probe's prompt count,
-    and the workload's warm-up on the first probe only (the engine stays up between
-    probes: what warm-up pays for — first-request compilation, allocator growth — is
-    paid once per boot)."""
-    data = spec.workload.model_dump()
-    data["arrivals"]["request_rate"] = float(rate)
-    if spec.capacity.prompts_per_probe is not None:
-        data["num_prompts"] = spec.capacity.prompts_per_probe
-    if spec.capacity.min_probe_s is not None:
-        data["num_prompts"] = max(data["num_prompts"],
-                                  math.ceil(rate * spec.capacity.min_probe_s))
-    if isinstance(spec.workload.dataset, MultiTurnDataset):  # conversations: steady state
-        targets = spec.slo.targets
-        span = steady_arrivals_s(spec.workload.dataset, targets.get("ttft", 1000.0) / 1000,
-                                 targets.get("tpot", 100.0) / 1000,
-                                 spec.capacity.session_spans)
-        data["num_prompts"] = max(data["num_prompts"], math.ceil(rate * span))
-    if index > 0:
-        data["warmup_requests"] = 0
-    data["seed"] = spec.workload.seed + PROBE_SEED_STRIDE * index
-    return Workload.model_validate(data)
 
 
 async def run_pipeline(spec: TrialSpec, backend: Backend, *, detailed: bool = True
@@ -376,37 +256,14 @@ def _quality_failed(spec: TrialSpec, verdict: QualityVerdict,
 
 async def _capacity(spec: TrialSpec, backend: Backend, timings: dict[str, float | None],
                     detailed: bool) -> TrialResult:
-    probes: list[CapacityProbe] = []
-    runs: dict[float, Measured] = {}
-    warmup_s = measure_s = 0.0
-    search = capacity_search(spec.capacity, spec.workload.arrivals.request_rate)
-    rate = next(search)
-    while True:
-        await backend.before_probe()
-        measured = await backend.measure(probe_workload(spec, rate, len(probes)))
-        warmup_s += measured.warmup_s
-        measure_s += measured.measure_s
-        sc = measured.score
-        held = sc.gate and _over_budget(spec, measured) is None
-        runs[rate] = measured
-        hits = measured.run.scrape.counters.get(PREFIX_CACHE_HITS)
-        sessions = session_summary(measured.run.records, hits)
-        probes.append(CapacityProbe(
-            request_rate=rate, gate_passed=held, request_goodput=sc.request_goodput,
-            ratios={c.metric: c.constraint + 1.0 for c in sc.checks},
-            prefix_cache_hit_tokens=hits,
-            in_session_hit_tokens=None if sessions is None
-            else sessions["in_session_hit_tokens"],
-            medians_ms=probe_medians(sc), **probe_measurement(spec, measured)))
-        try:
-            rate = search.send(held)
-        except StopIteration as done:
-            capacity: float | None = done.value
-            break
-    timings["warmup_s"], timings["measure_s"] = warmup_s, measure_s
-    found = {"capacity_probes": tuple(probes), "capacity": capacity or 0.0}
-    if capacity is None:  # not even the lowest rate holds: the lowest probe says why
-        lowest = runs[min(runs)]
+    outcome = await measure_capacity(spec, backend)
+    timings["warmup_s"], timings["measure_s"] = outcome.warmup_s, outcome.measure_s
+    interval = outcome.interval
+    found = {"capacity_probes": outcome.probes, "capacity": interval.centre or 0.0,
+             "capacity_low": interval.low, "capacity_high": interval.high,
+             "capacity_requests": outcome.requests}
+    if interval.low is None:  # not even the lowest rate holds: the lowest probe says why
+        lowest = outcome.measured[min(outcome.measured)]
         errors = _over_budget(spec, lowest)
         if errors:
             failed = _failed(spec, "benchmark_errors", errors, timings, backend.facts,
@@ -414,21 +271,18 @@ async def _capacity(spec: TrialSpec, backend: Backend, timings: dict[str, float 
             return failed.model_copy(update=found)
         scored = _scored(spec, backend, lowest, timings, detailed)
         return scored.model_copy(update={**found, "objective": 0.0, "gate_passed": False})
-    scored = _scored(spec, backend, runs[capacity], timings, detailed)
-    # The objective is what one GPU of the replica carries: a search over tensor
-    # parallelism must not simply prefer more GPUs (two TP-4 replicas may carry more
-    # than one TP-8). The per-replica capacity, what the planner divides by, stays.
-    return scored.model_copy(update={**found, "objective": capacity / spec.gpus})
+    # The metrics are the highest passing probe's. The objective is what one GPU of the
+    # replica carries: a search over tensor parallelism must not simply prefer more GPUs
+    # (two TP-4 replicas may carry more than one TP-8). The per-replica capacity, what
+    # the planner divides by, stays.
+    scored = _scored(spec, backend, outcome.measured[interval.low], timings, detailed)
+    return scored.model_copy(update={**found, "objective": (interval.centre or 0.0)
+                                     / spec.gpus, "gate_passed": True})
 
 
 def _over_budget(spec: TrialSpec, measured: Measured) -> str | None:
     """Why the run failed too many requests to be scored, or None."""
-    sc = measured.score
-    if not sc.num_requests or sc.failed / sc.num_requests <= spec.max_error_rate:
-        return None
-    errors = sorted({r.error for r in measured.run.records if r.error})[:3]
-    return (f"{sc.failed} of {sc.num_requests} requests failed (bound "
-            f"{spec.max_error_rate:.0%}): {'; '.join(errors)}")
+    return over_error_budget(spec, measured.score, measured.run.records)
 
 
 def _scored(spec: TrialSpec, backend: Backend, measured: Measured,

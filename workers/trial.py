@@ -19,7 +19,7 @@ import contextlib
 import logging
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -139,7 +139,8 @@ class LiveBackend:
     def log_tail(self) -> str | None:
         return self.engine.log_tail()
 
-    async def measure(self, workload: Workload) -> Measured:
+    async def measure(self, workload: Workload, *,
+                      abort_allowed: Mapping[str, int] | None = None) -> Measured:
         """One benchmark run under watchdogs: the engine dying (``crashed`` …) or staying
         alive but silent for ``timeouts.unresponsive_s`` (``hung``) fails the trial."""
         spec, engine = self.spec, self.engine
@@ -147,7 +148,7 @@ class LiveBackend:
         begin = time.perf_counter()
         bench = asyncio.create_task(run_benchmark(
             engine.base_url, spec.served_model, workload, spec.slo, time_scale=scale,
-            early_abort=spec.early_abort))
+            early_abort=spec.early_abort, abort_allowed=abort_allowed))
         watchdog = asyncio.create_task(engine.wait_exit())
         silence = asyncio.create_task(_silent_for(engine, spec.timeouts.unresponsive_s))
         try:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import lru_cache
@@ -150,7 +150,7 @@ def _requests(workload: Workload, config: EngineConfig, n: int,
     """The workload's requests (the load generator's samplers), the ones vLLM rejects, and
     for conversations the driver of their later turns (only first turns are in the list)."""
     prompts = _tokenized(workload.dataset.model_dump_json(), n, workload.seed,
-                         config.model.vocab_size)
+                         config.model.vocab_size, workload.token_seed)
     checker = _Admission(config)
     if isinstance(workload.dataset, MultiTurnDataset):
         offsets = session_offsets(prompts, workload.dataset, workload.arrivals, workload.seed)
@@ -244,12 +244,14 @@ _DATASET: TypeAdapter[DatasetConfig] = TypeAdapter(DatasetConfig)
 
 
 @lru_cache(maxsize=32)
-def _tokenized(dataset_json: str, n: int, seed: int, vocab_size: int) -> tuple[_Prompt, ...]:
+def _tokenized(dataset_json: str, n: int, seed: int, vocab_size: int,
+               token_seed: int | None) -> tuple[_Prompt, ...]:
     """The sampled prompts in the simulator's token ids. Sampling and tokenizing is most
     of a short virtual trial's cost and the same for every configuration of a workload
     (the twin screens hundreds), so it is kept: keyed by the dataset's JSON, its count,
-    seed and vocabulary."""
-    specs = sample_requests(_DATASET.validate_json(dataset_json), n, seed)
+    seeds and vocabulary."""
+    specs = sample_requests(_DATASET.validate_json(dataset_json), n, seed,
+                            token_seed=token_seed)
     return tuple(_Prompt(tuple(tokenizer.encode(req.prompt, vocab_size)), req.prompt_len,
                          req.output_len, req.arrival_offset_s, req.session, req.turn,
                          req.think_time_s) for req in specs)
@@ -299,9 +301,10 @@ def _completion_time(record: RequestRecord) -> float:
 
 
 def _early_abort(records: Sequence[RequestRecord], slo: SLO, n: int,
+                 allowed: Mapping[str, int] | None = None,
                  ) -> tuple[EarlyAbort | None, float | None]:
     """The live runner's monitor, fed the completions in time order (after the fact)."""
-    monitor = AbortMonitor(slo, n)
+    monitor = AbortMonitor(slo, n, allowed)
     for record in sorted(records, key=_completion_time):
         if monitor.observe(record):
             return monitor.tripped, _completion_time(record)
@@ -362,8 +365,10 @@ def _scrape(sim: SimulationResult, records: Sequence[RequestRecord], until: floa
     return summary
 
 
-def measure(spec: TrialSpec, config: EngineConfig, workload: Workload) -> ProbeRun:
-    """Simulate ``workload`` on ``config`` and score it as the live runner + scorer would."""
+def measure(spec: TrialSpec, config: EngineConfig, workload: Workload,
+            abort_allowed: Mapping[str, int] | None = None) -> ProbeRun:
+    """Simulate ``workload`` on ``config`` and score it as the live runner + scorer would
+    (``abort_allowed``: as :meth:`workers.pipeline.Backend.measure`)."""
     sims, rejected, conversations = _requests(workload, config, workload.num_prompts)
     if conversations is None:
         n = len(sims) + len(rejected)
@@ -378,7 +383,8 @@ def measure(spec: TrialSpec, config: EngineConfig, workload: Workload) -> ProbeR
         records += conversations.unsent({r.index for r in records}, sim.duration)
     records.sort(key=lambda r: r.index)
     duration = max((_completion_time(r) for r in records), default=0.0)
-    abort, cut = _early_abort(records, spec.slo, n) if spec.early_abort else (None, None)
+    abort, cut = _early_abort(records, spec.slo, n, abort_allowed) if spec.early_abort \
+        else (None, None)
     if cut is not None:
         # the live runner stops at the (allowed+1)-th breaker and keeps what had completed
         records = [r for r in records if _completion_time(r) <= cut]
@@ -492,9 +498,10 @@ class VirtualBackend:
                                      f"{refused.message}") from None
         return golden_answers(config, gate.golden)
 
-    async def measure(self, workload: Workload) -> Measured:
+    async def measure(self, workload: Workload, *,
+                      abort_allowed: Mapping[str, int] | None = None) -> Measured:
         assert self._config is not None, "boot() first"
-        probe = measure(self.spec, self._config, workload)
+        probe = measure(self.spec, self._config, workload, abort_allowed)
         if probe.sim.crashed is not None:  # the live engine process dies of it
             raise EngineFailure("oom", probe.sim.crashed, log_tail=probe.sim.crashed)
         return Measured(probe.run, probe.score, 0.0, probe.measure_s)

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
+from workers.capacity import probe_workload
 from workers.contracts import SLO, CapacitySearch, MooncakeTraceDataset, TrialSpec, Workload
 from workers.loadgen.arrivals import arrival_offsets
 from workers.loadgen.datasets import sample_requests
 from workers.loadgen.workload_files import load_workload
-from workers.pipeline import probe_workload
 from workers.virtual_trial import engine_config, measure, run_virtual_trial
 
 MODEL = "Qwen/Qwen2.5-7B-Instruct"
@@ -78,20 +78,28 @@ def test_the_engine_hits_its_prefix_cache_where_the_trace_shares_blocks(
 
 def test_each_capacity_probe_replays_the_trace_at_its_rate_with_fresh_blocks() -> None:
     spec = _spec(_sample(40, rate=2.0), mode="capacity",
-                 capacity=CapacitySearch(min_rate=1.0, max_rate=16.0, prompts_per_probe=40))
+                 capacity=CapacitySearch(min_rate=1.0, max_rate=16.0, prompts_per_probe=40,
+                                         extensions=0))
     probes = [probe_workload(spec, rate, i) for i, rate in enumerate((2.0, 8.0))]
     firsts = []
     for probe in probes:
-        reqs = sample_requests(probe.dataset, probe.num_prompts, probe.seed)
+        reqs = sample_requests(probe.dataset, probe.num_prompts, probe.seed,
+                               token_seed=probe.token_seed)
         offsets = arrival_offsets(len(reqs), probe.arrivals, probe.seed,
                                   [r.arrival_offset_s for r in reqs])
         assert (len(offsets) - 1) / offsets[-1] == pytest.approx(probe.arrivals.request_rate)
         firsts.append(reqs[0].word_ids[:512])
-    assert firsts[0] != firsts[1]  # no probe is served from an earlier probe's blocks
+    # the same trace requests at every rate, each probe with tokens of its own: no probe
+    # is served from an earlier probe's blocks
+    assert probes[0].seed == probes[1].seed and firsts[0] != firsts[1]
     result = run_virtual_trial(spec)
     assert result.status == "ok" and result.capacity and result.capacity > 2.0
     rates = [p.request_rate for p in result.capacity_probes]
     assert len(set(rates)) == len(rates) >= 2
-    # every probe sees the trace's reuse, and none more: nothing of an earlier probe's
-    own = _reusable_tokens(_rows(spec.workload), 512)
-    assert all(0 < (p.prefix_cache_hit_tokens or 0) <= own for p in result.capacity_probes)
+    # every probe sees the trace's own reuse (its requests sent at its rate; an earlier
+    # probe's tokens were other ones, above)
+    for p in result.capacity_probes:
+        sent = spec.workload.model_copy(update={"num_prompts": p.num_requests})
+        rows = _rows(sent)
+        assert _reusable_tokens(rows, 512) <= (p.prefix_cache_hit_tokens or 0) \
+            < sum(r["input_length"] for r in rows)

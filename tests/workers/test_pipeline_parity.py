@@ -9,7 +9,6 @@ metric fields, constraint keys and margin keys; the feasible one's objectives wi
 
 from __future__ import annotations
 
-import math
 import uuid
 from typing import Any
 
@@ -28,13 +27,6 @@ from workers.contracts import (
 from workers.engines.sim import SimOptions
 from workers.loadgen import load_workload
 from workers.loadgen.result import slotune_fields
-from workers.pipeline import (
-    WARM_STEP,
-    capacity_search,
-    probe_workload,
-    remeasure_search,
-    warm_search,
-)
 from workers.trial import run_trial
 from workers.virtual_trial import run_virtual_trial
 
@@ -61,7 +53,9 @@ def _spec(rate: float = 3.0, prompts: int = 60, knobs: dict[str, Any] | None = N
 
 
 CASES: dict[str, TrialSpec] = {
-    "feasible": _spec(),
+    # Headroom on TTFT: a 60-request probe allows no slow request, and on two busy cores
+    # the engine process itself can stall one (CI saw the live run abort on one).
+    "feasible": _spec(slo=SLO.parse("ttft:1000,tpot:50")),
     "rule_broken": _spec(knobs={"max_num_seqs": 512, "max_num_batched_tokens": 256}),
     "startup_oom": _spec(knobs={"gpu_memory_utilization": 0.3}),
     "early_abort": _spec(rate=6.0, prompts=80, slo=SLO.parse("ttft:40,tpot:50"),
@@ -195,70 +189,3 @@ def test_live_and_virtual_agree(case: str, live: dict[str, TrialResult]) -> None
         assert not real.metrics and real.timings.measure_s is None  # never put under load
 
 
-def _drive(search: CapacitySearch, start: float, capacity: float) -> tuple[float | None,
-                                                                          list[float]]:
-    """Run the search against an engine that holds every rate up to ``capacity``."""
-    probed: list[float] = []
-    gen = capacity_search(search, start)
-    rate = next(gen)
-    while True:
-        probed.append(rate)
-        try:
-            rate = gen.send(rate <= capacity)
-        except StopIteration as done:
-            return done.value, probed
-
-
-def test_capacity_search_brackets_then_bisects_within_tolerance() -> None:
-    search = CapacitySearch(min_rate=1.0, max_rate=64.0, relative_tolerance=0.05,
-                            max_probes=12)
-    found, probed = _drive(search, 4.0, capacity=11.0)
-    assert probed[:3] == [4.0, 8.0, 16.0]  # doubling up from the start rate
-    assert found is not None and found <= 11.0
-    failing = min(r for r in probed if r > 11.0)
-    assert failing / found - 1 <= 0.05
-    down, probed = _drive(search, 16.0, capacity=3.0)
-    assert probed[:3] == [16.0, 8.0, 4.0] and down is not None and down <= 3.0
-
-
-def test_capacity_search_limits() -> None:
-    search = CapacitySearch(min_rate=1.0, max_rate=8.0, max_probes=3)
-    none, probed = _drive(search, math.inf, capacity=0.5)
-    assert none is None and probed == [1.0]  # the lowest rate fails: nothing lower to try
-    top, probed = _drive(search, 2.0, capacity=100.0)
-    assert top == 8.0 and probed == [2.0, 4.0, 8.0]  # stops at the ceiling
-    capped, probed = _drive(CapacitySearch(min_rate=1.0, max_rate=64.0, max_probes=4),
-                            1.0, capacity=100.0)
-    assert len(probed) == 4 and capped == 8.0  # out of probes
-
-
-def test_capacity_probes_warm_up_once_per_boot_and_never_repeat_a_prompt() -> None:
-    spec = _spec(mode="capacity", capacity=CapacitySearch(prompts_per_probe=12))
-    first, second = probe_workload(spec, 4.0, 0), probe_workload(spec, 8.0, 1)
-    assert (first.warmup_requests, second.warmup_requests) == (2, 0)
-    assert (first.num_prompts, second.num_prompts) == (12, 12)
-    assert (first.arrivals.request_rate, second.arrivals.request_rate) == (4.0, 8.0)
-    assert first.seed != second.seed  # fresh prompts: no probe hits another's cache
-
-
-def test_a_search_started_where_a_rate_is_known_settles_in_few_probes() -> None:
-    # What a sweep's later trial and a confirmation repeat do: start at the known rate.
-    near = CapacitySearch(min_rate=1.0, max_rate=64.0, relative_tolerance=0.1,
-                          max_probes=6, start_rate=11.0, step=1.2)
-    found, probed = _drive(near, 20.0, capacity=11.5)  # start_rate wins over the workload's
-    assert probed[:2] == [11.0, pytest.approx(13.2)]
-    assert probed[2] == pytest.approx(11.0 * math.sqrt(1.2)) and found == 11.0  # 12.05 broke
-    found, probed = _drive(near, 20.0, capacity=10.0)  # it no longer holds: one step down
-    assert probed[:2] == [11.0, pytest.approx(11.0 / 1.2)] and found is not None
-    assert found <= 10.0 and len(probed) == 3
-
-
-def test_a_sweep_warm_starts_the_search_from_the_best_capacity_per_gpu() -> None:
-    search = CapacitySearch(min_rate=1.0, max_rate=64.0, relative_tolerance=0.1, step=2.0)
-    warm = warm_search(search, 5.5, gpus=2)  # the best so far carries 5.5 req/s per GPU
-    assert (warm.start_rate, warm.step) == (11.0, WARM_STEP)  # at its rate, smaller steps
-    assert warm_search(search.model_copy(update={"step": 1.2}), 5.5, 1).step == 1.2
-    found, probed = _drive(warm, 20.0, capacity=11.5)
-    assert probed[0] == 11.0 and found is not None and found <= 11.5
-    again = remeasure_search(search, 11.0)  # a confirmation repeat: ±2 tolerances
-    assert (again.start_rate, again.step) == (11.0, pytest.approx(1.2))

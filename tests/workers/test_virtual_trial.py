@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from typing import Any
 
 import pytest
@@ -138,11 +139,18 @@ def test_capacity_mode_brackets_and_bisects_the_rate() -> None:
                                capacity={"min_rate": 0.5, "max_rate": 64,
                                          "relative_tolerance": 0.05, "max_probes": 10}))
     assert r.status == "ok" and r.capacity is not None and r.capacity > 0
-    assert r.objective == r.capacity
-    passed = [p.request_rate for p in r.capacity_probes if p.gate_passed]
-    failed = [p.request_rate for p in r.capacity_probes if not p.gate_passed]
-    assert max(passed) == r.capacity and failed and min(failed) > r.capacity
-    assert (min(failed) - r.capacity) / r.capacity <= 0.05 or len(r.capacity_probes) == 10
+    assert r.objective == r.capacity  # one GPU: the capacity per GPU
+    passed = [p.request_rate for p in r.capacity_probes if p.verdict == "pass"]
+    failed = [p.request_rate for p in r.capacity_probes if p.verdict in ("fail", "overload")]
+    # the interval: the highest rate shown to pass, the lowest shown to fail; its centre
+    assert max(passed) == r.capacity_low and failed and min(failed) == r.capacity_high
+    assert r.capacity_low is not None and r.capacity_high is not None
+    assert r.capacity == pytest.approx(math.sqrt(r.capacity_low * r.capacity_high))
+    undecided = sorted(p.request_rate for p in r.capacity_probes if p.verdict == "undecided")
+    inside = [u for u in undecided if r.capacity_low < u < r.capacity_high]
+    ends = [(inside[0], r.capacity_low), (r.capacity_high, inside[-1])] if inside \
+        else [(r.capacity_high, r.capacity_low)]
+    assert all(a / b - 1 <= 0.05 for a, b in ends) or len(r.capacity_probes) == 10
     assert r.capacity_probes[0].request_rate == 2.0
     for probe in r.capacity_probes:  # medians beside the p99s (what the twin fits)
         assert set(probe.medians_ms) == {"ttft", "tpot"}

@@ -429,7 +429,12 @@ class SearchSpace(EngineChoice):
             if name in self.fixed:
                 raise ValueError(f"{name!r} is both a knob and a fixed argument; keep one")
         self._check_device(trust_of(info))
-        self._check_engine_args(stored=bool((info.context or {}).get("stored")))
+        stored = bool((info.context or {}).get("stored"))
+        self._check_engine_args(stored=stored)
+        if self.mode == "capacity" and not stored:  # stored spaces ran before: read as is
+            problem = self.capacity.unable(self.resolve_slo().percentile)
+            if problem:
+                raise ValueError(problem)
         known = set(self.knobs) | set(self.fixed) | set(_ENGINE_DEFAULTS)
         known |= {"max_num_seqs", "max_num_batched_tokens", "max_model_len"}
         try:

@@ -25,6 +25,7 @@ the first measured request repeated, as ``vllm bench serve --num-warmups`` does
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -57,6 +58,7 @@ __all__ = [
     "TextTokenizer",
     "check_dataset_file",
     "dataset_kinds",
+    "relabel",
     "sample_requests",
     "sample_run",
     "words",
@@ -64,6 +66,7 @@ __all__ = [
 
 MEASURED_STREAM = 0
 WARMUP_STREAM = 1
+_RELABEL_STREAM = 0x72656C61  # keeps the relabelling permutation apart from the samples
 
 
 class DatasetError(ValueError):
@@ -690,12 +693,14 @@ def sample_requests(
     warmup: bool = False,
     base_dir: Path | None = None,
     tokenizer: TextTokenizer = WORD_TOKENIZER,
+    token_seed: int | None = None,
 ) -> list[RequestSpec]:
     """``n`` requests of ``config`` for ``seed``: deterministic, in order.
 
     ``warmup=True`` draws from a separate stream of the same seed (shared prefixes
     stay shared). ``base_dir`` resolves a relative file path; ``tokenizer`` counts and
-    templates the text of the file datasets in vLLM's formats.
+    templates the text of the file datasets in vLLM's formats. ``token_seed`` relabels
+    the synthetic prompts' tokens (:func:`relabel`).
     """
     if n <= 0:
         return []
@@ -703,7 +708,31 @@ def sample_requests(
     if sampler is None:
         raise DatasetError(f"unknown dataset kind {config.kind!r}; valid: {', '.join(_REGISTRY)}")
     stream = WARMUP_STREAM if warmup else MEASURED_STREAM
-    return sampler(config, n, seed, stream, _Files(base_dir, tokenizer))
+    specs = sampler(config, n, seed, stream, _Files(base_dir, tokenizer))
+    return specs if token_seed is None else relabel(specs, token_seed)
+
+
+def relabel(specs: Sequence[RequestSpec], token_seed: int) -> list[RequestSpec]:
+    """The same requests with other tokens: every synthetic prompt's word ids mapped
+    through one permutation of the vocabulary drawn from ``token_seed``.
+
+    Lengths, arrivals, sessions and which prompts share which prefix stay exactly as
+    sampled (a permutation keeps equal ids equal and different ones different), so an
+    engine's timing is the same, while no block of the relabelled prompts matches a block
+    of the originals: a prefix cache warmed by one relabelling serves nothing of another.
+    A capacity probe sends the workload's one sample at every rate so (common random
+    numbers), each probe with tokens of its own. Text prompts (a trace's, ShareGPT's)
+    are left as they are."""
+    permutation = np.random.default_rng([token_seed, _RELABEL_STREAM]).permutation(
+        len(VOCABULARY))
+    out: list[RequestSpec] = []
+    for spec in specs:
+        if not spec.word_ids:
+            out.append(spec)
+            continue
+        ids = tuple(int(permutation[i % len(VOCABULARY)]) for i in spec.word_ids)
+        out.append(dataclasses.replace(spec, prompt=words(ids), word_ids=ids))
+    return out
 
 
 def sample_run(
@@ -714,6 +743,7 @@ def sample_run(
     *,
     base_dir: Path | None = None,
     tokenizer: TextTokenizer = WORD_TOKENIZER,
+    token_seed: int | None = None,
 ) -> tuple[list[RequestSpec], list[RequestSpec]]:
     """A run's measured requests and its warm-up ones.
 
@@ -721,8 +751,9 @@ def sample_run(
     the first measured request repeated: taken from the measured ones, so the file is
     read and tokenized once. Every other dataset draws its warm-up stream.
     """
-    measured = sample_requests(config, n, seed, base_dir=base_dir, tokenizer=tokenizer)
+    measured = sample_requests(config, n, seed, base_dir=base_dir, tokenizer=tokenizer,
+                               token_seed=token_seed)
     if isinstance(config, ShareGPTDataset | CustomDataset):
         return measured, [measured[0]] * n_warmup if measured and n_warmup > 0 else []
     return measured, sample_requests(config, n_warmup, seed, warmup=True, base_dir=base_dir,
-                                     tokenizer=tokenizer)
+                                     tokenizer=tokenizer, token_seed=token_seed)

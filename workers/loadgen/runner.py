@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -124,11 +124,18 @@ class BenchmarkRun:
 
 
 class AbortMonitor:
-    """Counts SLO breakers per metric; trips once the gate's percentile can no longer hold."""
+    """Counts SLO breakers per metric; trips once the verdict can only be a failure.
 
-    def __init__(self, slo: SLO | None, n: int) -> None:
+    By default that is when the gate's percentile can no longer hold (more breakers than
+    it allows of ``n``); a capacity probe gives its own ``allowed`` per metric: breakers
+    past which its confidence bound is over target (:mod:`workers.loadgen.verdict`)."""
+
+    def __init__(self, slo: SLO | None, n: int,
+                 allowed: Mapping[str, int] | None = None) -> None:
         self._slo = slo
-        self._allowed = allowed_violations(n, slo.percentile) if slo else 0
+        self._default = allowed_violations(n, slo.percentile) if slo else 0
+        self._allowed = dict(allowed) if allowed is not None else {}
+        self._bound = allowed is not None
         self._counts: dict[str, int] = {}
         self._seen = 0
         self.tripped: EarlyAbort | None = None
@@ -139,17 +146,19 @@ class AbortMonitor:
             return self.tripped is not None
         for metric in violated_metrics(record, self._slo):
             count = self._counts[metric] = self._counts.get(metric, 0) + 1
-            if count > self._allowed:
+            allowed = self._allowed.get(metric, self._default)
+            if count > allowed:
                 target = self._slo.targets[metric]
+                why = ("its confidence bound is over target" if self._bound
+                       else "the gate can no longer hold")
                 self.tripped = EarlyAbort(
                     reason=(
                         f"{count} requests broke {metric} ≤ {target:g} ms (failed ones count); "
-                        f"p{self._slo.percentile:g} allows at most {self._allowed}: "
-                        "the gate can no longer hold"
+                        f"p{self._slo.percentile:g} allows at most {allowed}: {why}"
                     ),
                     metric=metric,
                     violations=count,
-                    allowed=self._allowed,
+                    allowed=allowed,
                     after_requests=self._seen,
                 )
                 return True
@@ -245,6 +254,7 @@ async def run_benchmark(
     options: RequestOptions = TRIAL_REQUESTS,
     ready_timeout_s: float = 0.0,
     verify_tls: bool = True,
+    abort_allowed: Mapping[str, int] | None = None,
 ) -> BenchmarkRun:
     """Warm up, then send ``workload.num_prompts`` requests on schedule and record them.
 
@@ -304,7 +314,8 @@ async def run_benchmark(
             send = _Sending(session, model, endpoint, url, t0, k, deadline_wall, pool, options)
             records, abort, end = await (_measure_sessions if sessions else _measure)(
                 send, specs, offsets, concurrency=concurrency,
-                monitor=AbortMonitor(slo if early_abort else None, n), progress=progress,
+                monitor=AbortMonitor(slo if early_abort else None, n, abort_allowed),
+                progress=progress,
             )
         except BaseException:
             # Cancelled (the trial's engine died) or failed: the scraper must not outlive
@@ -367,7 +378,8 @@ async def _sample(
     def draw() -> tuple[list[RequestSpec], list[RequestSpec]]:
         try:
             return sample_run(workload.dataset, workload.num_prompts, workload.warmup_requests,
-                              workload.seed, base_dir=base_dir, tokenizer=tokenizer)
+                              workload.seed, base_dir=base_dir, tokenizer=tokenizer,
+                              token_seed=workload.token_seed)
         finally:
             if server is not None:
                 server.close()

@@ -48,6 +48,7 @@ __all__ = [
     "Score",
     "allowed_violations",
     "gate_percentiles",
+    "gate_values",
     "percentile",
     "percentile_key",
     "request_metrics",
@@ -215,7 +216,7 @@ def summarize(values_s: Sequence[float], percentiles: Iterable[float]) -> Metric
     )
 
 
-def _gate_values(
+def gate_values(
     metric: SLOMetric, per_request: Sequence[RequestMetrics | None]
 ) -> list[float]:
     """Values (s) the gate's percentile is taken over; a failed request counts as inf."""
@@ -246,7 +247,7 @@ def gate_percentiles(per_request: Sequence[RequestMetrics | None],
     out: dict[str, dict[str, float | None]] = {}
     qs = sorted(set(percentiles))
     for metric in SLO_METRICS:
-        values = _gate_values(metric, per_request)
+        values = gate_values(metric, per_request)
         row: dict[str, float | None] = {}
         for q in qs:
             observed = _percentile_ms(values, q)
@@ -299,7 +300,7 @@ def score(
         "e2el": summarize([m.e2el for _, m in ok], pcts),
     }
     checks = [
-        _check(k, t, _gate_values(k, per_request), slo.percentile) for k, t in targets.items()
+        _check(k, t, gate_values(k, per_request), slo.percentile) for k, t in targets.items()
     ]
     if aborted is not None:
         gate, reason = False, f"early abort: {aborted}"
