@@ -81,24 +81,36 @@ def test_without_prices_the_plan_with_fewest_gpus_wins(store: Store) -> None:  #
     assert (priced.gpu, priced.cost_per_hour, priced.notes) == ("l40s", 5.0, [])
 
 
-def test_a_confirmation_repeat_counts_as_a_measurement_and_a_baseline_not(
+def test_the_confirmed_answer_stands_and_is_sized_from_its_interval_s_lower_end(
         store: Store) -> None:  # noqa: F811
+    # The main job: the confirmed winner (its confirmation read 24-26 req/s on
+    # fresh samples) lost to a configuration the search read once at 40. A confirmed
+    # configuration's search row carries its confirmation's interval, and where a sweep
+    # confirmed one, that answer stands; repeat rows and the baseline are no candidates.
     fleet, slo = Workload(name="fleet"), SLO.parse("ttft:300,tpot:50")
     sweep = store.create_sweep(name="s", workload=fleet, slo=slo, space={},
                                model="Qwen/Qwen2.5-7B-Instruct", gpu="h100-sxm",
                                strategy="random", mode="capacity")
-    first = measure(store, sweep.id, 0, {"max_num_seqs": 128}, 30.0, capacity=30.0)
+    winner = measure(store, sweep.id, 0, {"max_num_seqs": 128}, 30.0, capacity=30.0)
+    once = measure(store, sweep.id, 1, {"max_num_seqs": 64}, 40.0, capacity=40.0)
     spec = TrialSpec(run_id="r", model="Qwen/Qwen2.5-7B-Instruct",
                      knobs={"max_num_seqs": 128}, workload=fleet, slo=slo, mode="capacity")
-    again = store.record_trial(sweep.id, role="repeat", number=0, repeat=1, repeat_of=first,
-                               params={"max_num_seqs": 128}, spec=spec,
-                               result=result(24.0, capacity=24.0))
+    store.record_trial(sweep.id, role="repeat", number=0, repeat=1, repeat_of=winner,
+                       params={"max_num_seqs": 128}, spec=spec,
+                       result=result(22.0, capacity=22.0))
     store.record_trial(sweep.id, role="baseline", number=0, params={}, spec=spec,
                        result=result(0.0, capacity=90.0))
+    store.set_capacity(winner, low=24.0, high=26.0, gpus=1, repeats=2)
+    store.mark_confirmed(winner, repeats=2)
     plan = plan_capacity(store, workload="fleet", target_rps=48)
-    # One configuration, at the lower of its two measurements; the baseline is none.
-    assert len(plan.options) == 1
-    assert plan.per_replica_rps == 24.0 and plan.trial_ids == [again.id, first]
+    assert len(plan.options) == 1 and plan.trial_ids == [winner] and plan.confirmed
+    assert plan.per_replica_rps == 24.0 and plan.replicas == 3  # 48 / (24 × 0.8)
+    assert (plan.capacity_rps, plan.capacity_high_rps) == (pytest.approx(24.98, abs=0.01),
+                                                           26.0)
+    best = store.best_for_workload("fleet")
+    assert [(b.trial_id, b.capacity_low, b.capacity_high, b.number) for b in best] == [
+        (winner, 24.0, 26.0, 0)]
+    assert once not in {e.trial_id for e in best[0].equivalent}  # 40 per GPU: no overlap
 
 
 def test_a_configuration_whose_repeat_held_nothing_sizes_nothing(

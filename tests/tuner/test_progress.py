@@ -11,7 +11,8 @@ def test_a_queued_sweep_has_empty_progress() -> None:
         "queued", 0, None, None)
     assert empty.stored() == {
         "phase": "queued", "trials": 0, "done": 0, "running": 0, "failed": 0, "infeasible": 0,
-        "max_trials": None, "best_objective": None, "best_trial_id": None, "best_params": None,
+        "max_trials": None, "best_objective": None, "best_trial_id": None, "best_number": None,
+        "best_params": None,
         "gpu_hours": 0.0, "eta_s": None, "updated_at": None}
 
 

@@ -128,7 +128,9 @@ def test_html_report_says_what_the_morning_reader_needs(finished: tuple[Store, S
     assert command.group(1).startswith("vllm serve Qwen/Qwen2.5-7B-Instruct ")
     for flag in _winner_flags(data):
         assert flag in command.group(1)
-    assert f"(id {data.winner_id})" in html and "confirmed: 4 runs" in html
+    # the winner named as the log names it: its trial number
+    number = store.get_trial(data.winner_id).number
+    assert f"trial {number}</td>" in html and "confirmed: 4 runs" in html
     # the SLO lines: on the latency charts, at the targets
     assert 'data-chart="p99-ttft-vs-max_num_seqs"' in html
     assert 'data-chart="goodput-vs-max_num_batched_tokens"' in html

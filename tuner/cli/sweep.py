@@ -30,7 +30,7 @@ from rich.table import Table
 from tuner.cli.output import make_console, spreadsheet_cell
 from tuner.db.errors import Conflict, NotFound, StorageError, exit_code
 from tuner.db.records import BestConfig, SweepRecord
-from tuner.planning.answer import sweep_answer
+from tuner.planning.answer import capacity_text, sweep_answer
 from tuner.settings import database_digest, default_data_dir, get_settings, redact_url
 from tuner.strategies import DEFAULT_STRATEGY
 from tuner.sweep.executors import ExecutorLost
@@ -162,9 +162,10 @@ def slo_text(stored: str) -> str:
         return stored
 
 
-_BEST_FIELDS = ("workload", "model", "gpu", "slo", "objective", "capacity", "gpus",
-                "capacity_per_gpu", "confirmed",
-                "repeats", "engine", "engine_version", "stale", "trial_id", "measured_at")
+_BEST_FIELDS = ("workload", "model", "gpu", "slo", "objective", "capacity", "capacity_low",
+                "capacity_high", "gpus", "capacity_per_gpu", "confirmed",
+                "repeats", "engine", "engine_version", "stale", "trial_id", "sweep_id",
+                "number", "measured_at")
 
 
 def _tsv_cell(value: Any) -> str:
@@ -186,13 +187,33 @@ def _best_table(rows: list[BestConfig], title: str) -> Table:
         confirmed = f"yes ({r.repeats} repeats)" if r.confirmed else "no"
         engine = " ".join(str(x) for x in (r.engine, r.engine_version) if x) or "—"
         table.add_row(r.workload, r.model, r.gpu, slo_text(r.slo), f"{r.objective:.3f}",
-                      "—" if r.capacity is None else f"{r.capacity:.2f}", str(r.gpus),
+                      capacity_text(r.capacity, r.capacity_low, r.capacity_high), str(r.gpus),
                       "—" if r.capacity_per_gpu is None else f"{r.capacity_per_gpu:.2f}",
                       confirmed,
                       engine + (" [yellow](stale)[/]" if r.stale else ""),
                       r.measured_at.strftime("%Y-%m-%d %H:%M") if r.measured_at else "—",
-                      str(r.trial_id))
+                      trial_text(r))
     return table
+
+
+def trial_text(row: BestConfig) -> str:
+    """How a person names the row's trial, as the sweep's log does: its Optuna number in
+    its sweep (the row id where the view predates it)."""
+    if row.number is None or row.sweep_id is None:
+        return f"id {row.trial_id}"
+    return f"{row.number} (sweep {row.sweep_id})"
+
+
+def _equivalents(console: Console, rows: list[BestConfig]) -> None:
+    """One line per row whose sweep has configurations its interval cannot tell apart."""
+    for r in rows:
+        if r.equivalent:
+            others = "; ".join(
+                f"trial {e.number} {capacity_text(e.capacity, e.capacity_low, e.capacity_high)}"
+                + ("" if e.confirmed else " (search reading)") for e in r.equivalent)
+            console.print(f"{r.workload}: equivalent to trial {r.number} (intervals per GPU "
+                          f"overlap; it won by lossless, fewer GPUs, capacity per GPU): "
+                          f"{others}", soft_wrap=True, highlight=False)
 
 
 def _sweep_log(log_format: str | None, *, always: bool = False) -> SweepLog | None:
@@ -246,6 +267,7 @@ def _finish(store: Any, sweep: SweepRecord, console: Console,
     console.print(f"sweep {sweep.id} {sweep.status}: {sweep.stop_reason or ''}")
     if rows:
         console.print(_best_table(rows, f"best configuration for {sweep.workload}"))
+        _equivalents(console, rows)
     progress = SweepProgress.of(sweep.progress)
     if progress.best_trial_id is not None and progress.best_objective:
         trial = store.get_trial(progress.best_trial_id)
@@ -650,6 +672,7 @@ def best_command(
         return
     console = make_console()
     console.print(_best_table(rows, "best configuration per workload"))
+    _equivalents(console, rows)
     for r, command in zip(rows, commands, strict=True):
         console.print(f"{r.workload}: {command}", soft_wrap=True, highlight=False)
     for m in missing:

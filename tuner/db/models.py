@@ -244,7 +244,13 @@ class SweepTrial(Base):
     failure_class: Mapped[str | None] = mapped_column(String(32))
     objective: Mapped[float | None] = mapped_column(Float)
     capacity: Mapped[float | None] = mapped_column(Float)
-    """Capacity mode: the highest rate one replica held the SLO at (req/s)."""
+    """Capacity mode: what one replica carries under the SLO (req/s), the centre of
+    ``capacity_low`` … ``capacity_high``; a confirmed configuration's search row carries
+    its confirmation's interval. Rows stored before 0010: the highest rate that held."""
+    capacity_low: Mapped[float | None] = mapped_column(Float)
+    """The highest rate shown to pass (what a fleet is sized from)."""
+    capacity_high: Mapped[float | None] = mapped_column(Float)
+    """The lowest rate shown to fail (None: the search's ceiling passed, or unknown)."""
     gpus: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     """Devices one replica of ``config`` occupies (tensor × pipeline × data parallel size)."""
     result: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
@@ -321,6 +327,8 @@ best_config_view = Table(
     Column("config", JSONType),
     Column("objective", Float),
     Column("capacity", Float),
+    Column("capacity_low", Float),
+    Column("capacity_high", Float),
     Column("gpus", Integer),
     Column("capacity_per_gpu", Float),
     Column("confirmed", Boolean),
@@ -331,6 +339,8 @@ best_config_view = Table(
     Column("gpu_driver", String),
     Column("model_revision", String),
     Column("repeats", Integer),
+    Column("sweep_id", Integer),
+    Column("number", Integer),
     Column("stale", Boolean),
 )
 

@@ -6,6 +6,7 @@ after its transaction has ended. List methods return a :class:`Page` (``{data, c
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, TypeVar
@@ -144,9 +145,17 @@ class TrialFields(_Record):
     config: dict[str, Any]
     objective: float | None
     capacity: float | None
+    """Capacity mode: the centre of the measured interval (req/s per replica); on a
+    confirmed configuration's search row, its confirmation's."""
+    capacity_low: float | None = None
+    """The highest rate shown to pass."""
+    capacity_high: float | None = None
+    """The lowest rate shown to fail (None: the ceiling passed, or not known)."""
     gpus: int = 1
     """GPUs one replica of its configuration occupies (TP × PP × DP)."""
     confirmed: bool
+    repeats: int = 0
+    """Confirmation re-runs it held up in (its capacity is then theirs)."""
     worker: str | None
     started_at: datetime | None
     finished_at: datetime | None
@@ -157,7 +166,6 @@ class TrialFields(_Record):
 class TrialRecord(TrialFields):
     spec: dict[str, Any] | None
     result: dict[str, Any] | None
-    repeats: int = 0
     engine: str | None = None
     engine_version: str | None = None
     gpu_driver: str | None = None
@@ -205,6 +213,34 @@ class CardRecord(_Record):
     created_at: datetime
 
 
+class EquivalentConfig(_Record):
+    """A configuration of the same sweep whose capacity interval per GPU overlaps the
+    winner's: the measurements cannot tell it from the winner (issue 37's equivalent
+    set). ``confirmed``: its interval is from the confirmation; else from the search's
+    ranking probes (wider, and only a ranking)."""
+
+    trial_id: int
+    number: int
+    config: dict[str, Any]
+    capacity: float
+    capacity_low: float
+    capacity_high: float | None
+    gpus: int
+    confirmed: bool
+
+
+def per_gpu_interval(low: float | None, high: float | None, gpus: int
+                     ) -> tuple[float, float]:
+    """A capacity interval per GPU of the replica (``high`` None: unbounded)."""
+    g = max(gpus, 1)
+    return (low or 0.0) / g, (math.inf if high is None else high / g)
+
+
+def overlaps(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    """Whether two intervals share a point."""
+    return a[0] <= b[1] and b[0] <= a[1]
+
+
 class BestConfig(_Record):
     """One row of ``best_config_per_workload``: a configuration that met the SLO (see
     migration 0003 and the README for the columns). The API answers it as it is, with
@@ -219,7 +255,12 @@ class BestConfig(_Record):
     objective: float
     """goodput mode: request goodput (req/s); capacity mode: capacity per GPU."""
     capacity: float | None
-    """Capacity mode: the highest rate one replica held the SLO at (req/s)."""
+    """Capacity mode: what one replica carries (req/s): the centre of its interval,
+    measured by the sweep's confirmation where the row is confirmed."""
+    capacity_low: float | None = None
+    """The interval's low end: the highest rate shown to pass (the planner sizes on it)."""
+    capacity_high: float | None = None
+    """The interval's high end: the lowest rate shown to fail (None: none did)."""
     gpus: int = 1
     """Devices one replica occupies (TP × PP × DP)."""
     capacity_per_gpu: float | None = None
@@ -234,6 +275,13 @@ class BestConfig(_Record):
     model_revision: str | None = None
     repeats: int = 0
     """Confirmation re-runs the configuration held up in (0: not confirmed)."""
+    sweep_id: int | None = None
+    number: int | None = None
+    """The trial's Optuna number in its sweep (``trial N`` in the log and the report)."""
+    equivalent: list[EquivalentConfig] = []
+    """Capacity mode: the configurations of its sweep that measurements cannot tell from
+    it (their intervals per GPU overlap): it was picked among them by the stated rule —
+    lossless before lossy, fewer GPUs a replica, then the higher capacity per GPU."""
     stale: bool = False
     """The newest measurement of this (workload, model, gpu, slo) ran another engine
     version, GPU driver or model revision: re-measure before relying on this row."""

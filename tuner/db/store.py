@@ -24,6 +24,7 @@ The schema comes from the migrations (``slotune db upgrade``); the store never c
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
@@ -70,6 +71,7 @@ from tuner.db.models import (
 from tuner.db.records import (
     BestConfig,
     CardRecord,
+    EquivalentConfig,
     ExecutorChoice,
     Lease,
     NoPassingConfig,
@@ -78,6 +80,8 @@ from tuner.db.records import (
     SweepRecord,
     TrialRecord,
     WorkloadRecord,
+    overlaps,
+    per_gpu_interval,
 )
 from tuner.db.session import db_now, make_db_engine, session_scope
 from tuner.settings import Settings, get_settings, redact_url
@@ -638,6 +642,28 @@ class Store:
             rows = session.scalars(page).all()
             return Page(data=[TrialRecord.model_validate(r) for r in rows], count=count)
 
+    def set_capacity(self, trial_id: int, *, low: float, high: float | None, gpus: int,
+                     repeats: int, capacity: float | None = None,
+                     lease: Lease | None = None) -> TrialRecord:
+        """Give a search trial the capacity interval its confirmation measured in
+        ``repeats`` re-runs (its capacity the interval's centre, its objective that per
+        GPU; ``capacity`` None: the interval's geometric centre): the number every
+        surface reads of the configuration from now on. Its search result stays in
+        ``result``."""
+        centre = capacity if capacity is not None else \
+            low if high is None else math.sqrt(low * high)
+        with self._session() as session:
+            _hold_for_trial(session, lease, trial_id)
+            trial = _get(session, SweepTrial, trial_id, "trial")
+            if trial.status != "ok" or trial.role != "search":
+                raise Conflict(f"trial {trial_id} is a {trial.status} {trial.role} row; only "
+                               "an ok search trial carries a confirmed capacity")
+            trial.capacity, trial.capacity_low, trial.capacity_high = centre, low, high
+            trial.objective = centre / max(gpus, 1)
+            trial.repeats = repeats
+            session.flush()
+            return TrialRecord.model_validate(trial)
+
     def mark_confirmed(self, trial_id: int, confirmed: bool = True, *, repeats: int = 0,
                        lease: Lease | None = None) -> TrialRecord:
         """Mark an ``ok`` trial as confirmed (it held up in ``repeats`` re-runs); it then
@@ -725,7 +751,8 @@ class Store:
                                                   view.slo)
         with self._session() as session:
             rows = session.execute(query).mappings().all()
-            return [BestConfig.model_validate(dict(r)) for r in rows]
+            return [_with_equivalents(session, BestConfig.model_validate(dict(r)))
+                    for r in rows]
 
     def without_passing_config(self, workload: str | None = None) -> list[NoPassingConfig]:
         """Rows of ``workloads_without_passing_config`` (of one workload, if named):
@@ -750,12 +777,36 @@ class Store:
         with self._session() as session:
             _workload_by_name(session, name)
             rows = session.execute(query).mappings().all()
-            return [BestConfig.model_validate(dict(r)) for r in rows]
+            return [_with_equivalents(session, BestConfig.model_validate(dict(r)))
+                    for r in rows]
 
 
 # --- helpers -------------------------------------------------------------------------------
 
 _R = TypeVar("_R")
+
+
+def _with_equivalents(session: Session, best: BestConfig) -> BestConfig:
+    """``best`` with its sweep's configurations whose capacity intervals per GPU overlap
+    its own (:class:`EquivalentConfig`): one query, its sweep's ok search rows."""
+    if best.capacity is None or best.sweep_id is None:
+        return best
+    # An interval with no upper end (the search's ceiling passed, or a row measured
+    # before intervals) is taken at its capacity: it shows no rate above that.
+    own = per_gpu_interval(best.capacity_low, best.capacity_high or best.capacity, best.gpus)
+    rows = session.execute(select(SweepTrial).where(
+        SweepTrial.sweep_id == best.sweep_id, SweepTrial.role == "search",
+        SweepTrial.status == "ok", SweepTrial.capacity > 0,
+        SweepTrial.id != best.trial_id).order_by(SweepTrial.number)).scalars().all()
+    equivalent = [
+        EquivalentConfig(trial_id=t.id, number=t.number, config=dict(t.config),
+                         capacity=t.capacity or 0.0,
+                         capacity_low=t.capacity_low or t.capacity or 0.0,
+                         capacity_high=t.capacity_high, gpus=t.gpus, confirmed=t.repeats > 0)
+        for t in rows
+        if overlaps(own, per_gpu_interval(t.capacity_low or t.capacity,
+                                          t.capacity_high or t.capacity, t.gpus))]
+    return best.model_copy(update={"equivalent": equivalent})
 
 
 def _result_values(result: TrialResult) -> dict[str, Any]:
@@ -766,6 +817,9 @@ def _result_values(result: TrialResult) -> dict[str, Any]:
         "failure_class": result.failure,
         "objective": result.objective,
         "capacity": result.capacity,
+        "capacity_low": result.capacity_low if result.capacity_low is not None
+        else result.capacity,
+        "capacity_high": result.capacity_high,
         "result": result.model_dump(mode="json"),
         "diagnosis": result.diagnosis,
         "timings": result.timings.model_dump(mode="json"),

@@ -15,13 +15,19 @@ from dataclasses import dataclass
 
 from tuner.db.records import SweepRecord
 from tuner.db.store import Store
-from tuner.planning.planner import DEFAULT_HEADROOM, CapacityPlan, PlanError, plan_capacity
+from tuner.planning.planner import (
+    DEFAULT_HEADROOM,
+    CapacityOption,
+    CapacityPlan,
+    PlanError,
+    plan_capacity,
+)
 from tuner.settings import get_settings
 from tuner.sweep.progress import SweepProgress
 from workers.contracts import SLO, QualityVerdict
 from workers.sim.catalog import UnknownCatalogEntry, get_gpu
 
-__all__ = ["SweepAnswer", "sweep_answer", "twin_sentence"]
+__all__ = ["SweepAnswer", "capacity_text", "carries", "sweep_answer", "twin_sentence"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,12 +46,31 @@ class SweepAnswer:
         config = ", ".join(f"{k}={v}" for k, v in plan.config.items())
         cost = "" if plan.cost_per_hour is None else f", ${plan.cost_per_hour:,.2f}/h"
         checked = f" ({self.quality})" if self.quality else ""
-        return (f"{plan.model} on {_replica(plan)} carries {plan.per_replica_rps:.3g} req/s "
+        return (f"{plan.model} on {_replica(plan)} carries {carries(plan)} "
                 f"under p{slo.percentile:g} {targets} with {config}{checked}; "
                 f"{plan.target_rps:g} req/s needs {plan.replicas} "
                 f"replica{'s' if plan.replicas != 1 else ''} ({plan.gpus} "
-                f"GPU{'s' if plan.gpus != 1 else ''}{cost}, {plan.headroom:.0%} headroom)"
-                + (f"; {self.twin}" if self.twin else ""))
+                f"GPU{'s' if plan.gpus != 1 else ''}{cost}, {plan.headroom:.0%} headroom, "
+                f"sized on {plan.per_replica_rps:.3g} req/s a replica: the interval's lower "
+                "end)" + (f"; {self.twin}" if self.twin else ""))
+
+
+def capacity_text(capacity: float | None, low: float | None, high: float | None) -> str:
+    """A capacity with its interval: ``5.92 (5.52–6.35)``; ``≥ 32`` for an open one."""
+    if capacity is None:
+        return "—"
+    if low is None or (low == capacity and high is None):
+        return f"{capacity:.2f}" if low is None else f"≥ {low:.2f}"
+    return f"{capacity:.2f} ({low:.2f}–{'∞' if high is None else f'{high:.2f}'})"
+
+
+def carries(plan: CapacityPlan | CapacityOption) -> str:
+    """What one replica carries, as its interval: "4.8–5.1 req/s" (its lower end alone,
+    "≥ 32 req/s", when the search's ceiling passed)."""
+    low, high = plan.per_replica_rps, plan.capacity_high_rps
+    if high is None:
+        return f"≥ {low:.3g} req/s" if plan.capacity_rps is not None else f"{low:.3g} req/s"
+    return f"{low:.3g}–{high:.3g} req/s"
 
 
 def sweep_answer(store: Store, sweep: SweepRecord) -> SweepAnswer | None:

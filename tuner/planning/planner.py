@@ -4,11 +4,14 @@ and which of them costs least.
 It answers from what sweeps measured, never from a model of the hardware. A measurement's
 per-replica rate is, by basis:
 
-* **capacity** — a trial measured in capacity mode knows its per-replica capacity (the
-  highest request rate at which the SLO gate held, ``sweep_trials.capacity``). Its
-  *objective* is that capacity per GPU of the replica and is never read as the rate; only
-  rows stored before ``capacity`` was recorded (whose objective was the per-replica
-  capacity itself) fall back to the objective;
+* **capacity** — a trial measured in capacity mode knows its per-replica capacity as an
+  interval (``sweep_trials.capacity_low`` … ``capacity_high``, the centre
+  ``capacity``); the plan sizes from the interval's *lower end*, the highest rate shown
+  to pass, and says so. A confirmed configuration's row carries its confirmation's
+  interval (fresh samples, not the search's reading). Its *objective* is the capacity per
+  GPU of the replica and is never read as the rate; only rows stored before ``capacity``
+  was recorded (whose objective was the per-replica capacity itself) fall back to the
+  objective;
 * **goodput lower bound** — a goodput-mode trial only knows the goodput it reached at the
   workload's own rate. A replica that served that much within the SLO can serve at least
   that much, so the goodput is a *lower bound* on its capacity and the plan may
@@ -21,8 +24,11 @@ per-replica rate is, by basis:
   row is a measurement that met its own SLO); these answers are the planner's only.
 
 Every measured configuration is a candidate: each (model, GPU, configuration) once, at
-the lowest rate its measurements (repeats included) reached, so a lucky run does not size
-the fleet; a configuration one of whose capacity measurements held nothing is none. A
+the lowest rate its measurements reached; a configuration one of whose capacity
+measurements held nothing is none. Where a sweep confirmed a winner on a (model, GPU),
+only confirmed configurations stand there — the sweep's answer, the same configuration
+and interval the best-config view, the table and the report show, never a configuration
+read once by the search's ranking probes. A
 candidate needs ``replicas_for(target, rate, headroom)`` replicas of
 ``replica_gpus(config)`` GPUs each and costs ``gpus × price`` per hour. The plan is the
 cheapest; where a GPU has no price, priced plans come first (by cost) and unpriced ones
@@ -65,8 +71,9 @@ __all__ = [
 Basis = Literal["capacity", "goodput_lower_bound", "rescored_probes"]
 
 _BASIS_NOTES: dict[Basis, str] = {
-    "capacity": "per-replica capacity measured in capacity mode: the highest request rate "
-                "at which the SLO gate held on one replica",
+    "capacity": "per-replica capacity measured in capacity mode, sized from the lower end "
+                "of its interval: the highest request rate one replica was shown to carry "
+                "under the SLO (at the probes' stated confidence)",
     "goodput_lower_bound": "only goodput-mode measurements exist for this model on this GPU: "
                            "the goodput reached at the workload's own rate is a lower bound "
                            "on per-replica capacity, so this plan may over-provision; run a "
@@ -106,8 +113,12 @@ class CapacityOption(BaseModel):
     gpus_per_replica: int
     gpus: int
     per_replica_rps: float
-    """The lowest rate the configuration's measurements reached (capacity, or goodput as
-    a lower bound)."""
+    """What the plan sizes from: the lowest rate the configuration's measurements reached
+    (the capacity interval's lower end, or goodput as a lower bound)."""
+    capacity_rps: float | None = None
+    """capacity: the interval's centre, the capacity the best-config view reports."""
+    capacity_high_rps: float | None = None
+    """capacity: the interval's upper end (None: open, or not measured)."""
     planned_rps: float
     price_per_gpu_hour: float | None
     """USD per GPU-hour of ``gpu``; None where no price is known."""
@@ -158,8 +169,13 @@ class CapacityPlan(BaseModel):
     gpus_per_replica: int
     gpus: int
     per_replica_rps: float
-    """Measured per-replica rate (capacity, or goodput as a lower bound): the lowest that
-    the configuration's measurements reached."""
+    """Measured per-replica rate the plan sizes from (the capacity interval's lower end,
+    or goodput as a lower bound): the lowest that the configuration's measurements
+    reached."""
+    capacity_rps: float | None = None
+    """capacity: the interval's centre (the capacity the best-config view reports)."""
+    capacity_high_rps: float | None = None
+    """capacity: the interval's upper end."""
     planned_rps: float
     """What the replicas carry while keeping the headroom spare: ≥ ``target_rps``."""
     config: dict[str, Any]
@@ -344,8 +360,8 @@ def plan_capacity(
 def _measurement(sweep: SweepRecord, trial: TrialRecord) -> _Measurement:
     objective = trial.objective or 0.0
     if trial.capacity is not None:
-        return _Measurement(sweep=sweep, trial=trial, basis="capacity",
-                            per_replica=trial.capacity)
+        low = trial.capacity_low if trial.capacity_low is not None else trial.capacity
+        return _Measurement(sweep=sweep, trial=trial, basis="capacity", per_replica=low)
     if sweep.mode == "capacity":
         # Rows stored before capacity was recorded: their objective was the per-replica
         # capacity (now every capacity-mode row stores it, and the objective is per GPU).
@@ -411,6 +427,15 @@ def _candidates(feasible: Iterable[_Measurement]) -> list[_Candidate]:
         present = {m.basis for m in group}
         basis: Basis = next(b for b in ("capacity", "rescored_probes", "goodput_lower_bound")
                             if b in present)
+        if basis == "capacity":
+            # A confirmed configuration's search row carries its confirmation's interval;
+            # where a sweep confirmed an answer on this (model, GPU), that answer stands —
+            # the configuration the table, the report and the dashboard name — never one
+            # read once by the search's ranking probes. Without one, every configuration
+            # measured competes on what it costs for the target.
+            group = [m for m in group if m.trial.role == "search" and m.basis == basis]
+            if any(m.trial.confirmed for m in group):
+                group = [m for m in group if m.trial.confirmed]
         by_config: dict[str, list[_Measurement]] = {}
         for m in group:
             if m.basis == basis:
@@ -439,6 +464,8 @@ def _option(candidate: _Candidate, target_rps: float, headroom: float, price: fl
     return CapacityOption(
         model=rep.sweep.model, gpu=rep.sweep.gpu, replicas=replicas,
         gpus_per_replica=replica_gpus(config), gpus=gpus, per_replica_rps=rep.per_replica,
+        capacity_rps=rep.trial.capacity if rep.basis == "capacity" else None,
+        capacity_high_rps=rep.trial.capacity_high if rep.basis == "capacity" else None,
         planned_rps=replicas * rep.per_replica * (1.0 - headroom),
         price_per_gpu_hour=price, cost_per_hour=None if price is None else gpus * price,
         basis=rep.basis, config=config, vllm_command=vllm_command(rep.sweep.model, config),

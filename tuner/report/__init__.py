@@ -79,7 +79,7 @@ def build_report(store: Store, sweep_id: int) -> SweepReport:
         spec, best = {}, []
     answer = sweep_answer(store, sweep) if spec else None
     return analyse(sweep, trials, cards, workload_spec=spec, best_rows=best,
-                   answer=answer.sentence if answer else None,
+                   answer=answer,
                    frontier=_frontier(store, sweep) if spec else None)
 
 

@@ -20,7 +20,15 @@ from typing import Any
 
 from pydantic import Field
 
-from tuner.db.records import BestConfig, CardRecord, SweepRecord, TrialFields, TrialRecord
+from tuner.db.records import (
+    BestConfig,
+    CardRecord,
+    EquivalentConfig,
+    SweepRecord,
+    TrialFields,
+    TrialRecord,
+)
+from tuner.planning.answer import SweepAnswer
 from tuner.planning.frontier import Frontier, pareto_front  # one definition: the frontier owns it
 from tuner.strategies import NOISE_TOLERANCE, params_key, rank
 from tuner.sweep.progress import ConfirmedCandidate, SweepProgress, TwinProgress
@@ -91,7 +99,8 @@ class TrialPoint(TrialFields):
 
 @dataclass(frozen=True, slots=True)
 class Confidence:
-    """How sure the winner is: confirmed, and the spread of its repeated runs."""
+    """How sure the winner is: confirmed, and the spread of its repeated runs (goodput
+    mode), or the capacity interval its confirmation measured (capacity mode)."""
 
     confirmed: bool
     repeats: int
@@ -100,9 +109,18 @@ class Confidence:
     stdev: float | None
     spread: float | None
     """(max − min) / mean of the repeats' objectives; None with one run."""
+    interval: tuple[float, float | None] | None = None
+    """Capacity mode: the winner's interval (req/s per replica), its confirmation's where
+    it was confirmed."""
 
     def summary(self) -> str:
         state = "confirmed" if self.confirmed else "not confirmed"
+        if self.interval is not None:
+            low, high = self.interval
+            span = f"{low:.3g}–{high:.3g}" if high is not None else f"≥ {low:.3g}"
+            how = (f"{self.repeats} runs on fresh samples" if self.confirmed
+                   else "the search's ranking probes only")
+            return f"{state}: capacity interval {span} req/s ({how})"
         if self.repeats <= 1 or self.mean is None:
             return f"{state}: measured once (no repeats)"
         return (f"{state}: {self.repeats} runs, objective mean {self.mean:.4g} ± "
@@ -221,6 +239,8 @@ class SweepReport:
     kind once with how many trials showed it)."""
     answer: str | None = None
     """The seed's whole answer, one sentence (:mod:`tuner.planning.answer`; capacity mode)."""
+    equivalent: tuple[EquivalentConfig, ...] = ()
+    """Capacity mode: configurations the winner's interval cannot be told from."""
     allow_lossy: bool = False
     """Lossy values scored unchecked (``--allow-lossy``)."""
     twin: TwinProgress | None = None
@@ -274,7 +294,7 @@ class SweepReport:
 
 def analyse(sweep: SweepRecord, trials: Sequence[TrialRecord], cards: Sequence[CardRecord],
             *, workload_spec: Mapping[str, Any] | None = None,
-            best_rows: Sequence[BestConfig] = (), answer: str | None = None,
+            best_rows: Sequence[BestConfig] = (), answer: SweepAnswer | None = None,
             frontier: Frontier | None = None) -> SweepReport:
     """Everything the report says about ``sweep`` (``trials``: every row of the sweep;
     only search rows are configurations, the others count in the utilisation)."""
@@ -312,12 +332,13 @@ def analyse(sweep: SweepRecord, trials: Sequence[TrialRecord], cards: Sequence[C
     return SweepReport(
         sweep=sweep, trials=points, cards=tuple(cards), knobs=knobs, winner=winner,
         confidence=confidence, command=command,
-        next_step=_next_step(sweep, winner, target_rate, best_rows),
+        next_step=_next_step(sweep, winner, target_rate, best_rows, answer),
         slo_targets=slo_targets, slo_percentile=percentile, target_rate=target_rate,
         ties=ties, tie_note=tie_note, status_counts=dict(status_counts),
         symptoms=_symptoms(winner, points),
         failure_counts=dict(failure_counts), infeasible_rules=dict(rules),
-        failure_examples=examples, answer=answer,
+        failure_examples=examples, answer=answer.sentence if answer else None,
+        equivalent=_equivalent(winner, best_rows),
         allow_lossy=bool((sweep.space.get("quality") or {}).get("allow_lossy")),
         twin=SweepProgress.of(sweep.progress).twin, boots=boots, frontier=frontier,
     )
@@ -389,7 +410,10 @@ def _winner(measured: Sequence[TrialPoint]) -> TrialPoint | None:
 def _confidence(winner: TrialPoint, measured: Sequence[TrialPoint],
                 confirmation: Sequence[ConfirmedCandidate] = ()) -> Confidence:
     """The winner's runs: its search trial(s) and the coordinator's confirmation repeats
-    (kept in the sweep's progress, not as trials)."""
+    (kept in the sweep's progress, not as trials); in capacity mode, its interval."""
+    if winner.capacity and winner.capacity_low:
+        return Confidence(winner.confirmed, winner.repeats, (), None, None, None,
+                          (winner.capacity_low, winner.capacity_high))
     key = params_key(winner.params)
     runs = [t.objective or 0.0 for t in measured if params_key(t.params) == key]
     for candidate in confirmation:
@@ -452,8 +476,17 @@ def _symptoms(winner: TrialPoint | None, points: Sequence[TrialPoint]
     return tuple(seen.values())
 
 
+def _equivalent(winner: TrialPoint | None, best_rows: Sequence[BestConfig]
+                ) -> tuple[EquivalentConfig, ...]:
+    """The winner's equivalent set, as the best-config view's row of it gives it."""
+    if winner is None:
+        return ()
+    row = next((r for r in best_rows if r.trial_id == winner.id), None)
+    return tuple(row.equivalent) if row is not None else ()
+
+
 def _next_step(sweep: SweepRecord, winner: TrialPoint | None, target_rate: float | None,
-               best_rows: Sequence[BestConfig]) -> NextStep:
+               best_rows: Sequence[BestConfig], answer: SweepAnswer | None = None) -> NextStep:
     if winner is None:
         return NextStep(None, "no winner", "no configuration met the SLO: widen the space "
                         "(or relax the SLO / lower the rate) and look at the failures below")
@@ -464,7 +497,12 @@ def _next_step(sweep: SweepRecord, winner: TrialPoint | None, target_rate: float
     knobs = tuple(str(k) for k in (diagnosis.get("knobs") or default_knobs.get(wall or "", [])))
     capacity, source = _capacity(sweep, winner, best_rows)
     replicas = None
-    if target_rate is not None and capacity:
+    if answer is not None:  # the answer's own plan: one replica count in the report
+        plan = answer.plan
+        replicas, capacity = plan.replicas, plan.per_replica_rps
+        source = (f"the capacity interval's lower end, {plan.headroom:.0%} headroom: the "
+                  "answer's plan")
+    elif target_rate is not None and capacity:
         replicas = max(1, math.ceil(target_rate / capacity - 1e-9))
     if wall == "queue":
         if replicas is not None and capacity is not None:

@@ -18,6 +18,7 @@ from html import escape
 from typing import Any
 
 from tuner.db.records import CardRecord
+from tuner.planning.answer import capacity_text
 from tuner.planning.frontier import Frontier, FrontierPoint
 from tuner.report._analysis import (
     LATENCY_METRICS,
@@ -172,9 +173,11 @@ def render_html(report: SweepReport) -> str:
         parts.append(_html_table(
             ["trial", "objective", "goodput (req/s)", "capacity (req/s)", "headroom",
              "gate", "confidence"],
-            [[f"#{w.number} (id {w.id})", _num(w.objective), _num(w.goodput),
-              _num(w.capacity), _num(w.headroom), "passed" if w.gate_passed else "failed",
-              conf.summary() if conf else "—"]]))
+            [[f"trial {w.number}", _num(w.objective), _num(w.goodput),
+              capacity_text(w.capacity, w.capacity_low, w.capacity_high), _num(w.headroom),
+              "passed" if w.gate_passed else "failed", conf.summary() if conf else "—"]]))
+        if report.equivalent:
+            parts.append(f"<p class='note'>{e(_equivalent_note(report))}</p>")
         parts.append(_html_kv(_winner_metrics(report, w)))
         sessions = _session_rows(w)
         if sessions is not None:
@@ -380,10 +383,12 @@ def render_markdown(report: SweepReport) -> str:
         conf = report.confidence
         lines += [_md_table(["trial", "objective", "goodput (req/s)", "capacity (req/s)",
                              "headroom", "gate", "confidence"],
-                            [[f"#{w.number} (id {w.id})", _num(w.objective), _num(w.goodput),
-                              _num(w.capacity), _num(w.headroom),
-                              "passed" if w.gate_passed else "failed",
+                            [[f"trial {w.number}", _num(w.objective), _num(w.goodput),
+                              capacity_text(w.capacity, w.capacity_low, w.capacity_high),
+                              _num(w.headroom), "passed" if w.gate_passed else "failed",
                               conf.summary() if conf else "—"]]), ""]
+        if report.equivalent:
+            lines += [_equivalent_note(report), ""]
         lines += [_md_table(["metric", "value"], list(_winner_metrics(report, w).items())), ""]
         sessions = _session_rows(w)
         if sessions is not None:
@@ -510,6 +515,18 @@ def _twin_ranking(twin: TwinProgress) -> tuple[list[str], list[list[str]]]:
     rows = [[str(i), _compact(r.params), r.predicted_failure or _num(r.predicted)]
             for i, r in enumerate(twin.ranking, 1)]
     return ["rank", "configuration", "predicted"], rows
+
+
+def _equivalent_note(report: SweepReport) -> str:
+    """The winner's equivalent set in one sentence."""
+    assert report.winner is not None
+    others = "; ".join(
+        f"trial {e.number} {capacity_text(e.capacity, e.capacity_low, e.capacity_high)} req/s"
+        + ("" if e.confirmed else " (search reading)") for e in report.equivalent)
+    return (f"Equivalent to trial {report.winner.number} (their capacity intervals per GPU "
+            f"overlap, the measurements cannot tell them apart): {others}. The winner is "
+            "picked among them by a stated rule: lossless before lossy, fewer GPUs a "
+            "replica, then the higher capacity per GPU.")
 
 
 def _md_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

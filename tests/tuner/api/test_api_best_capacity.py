@@ -93,12 +93,13 @@ async def test_capacity_from_a_capacity_mode_sweep(client: httpx.AsyncClient,
     assert response.status_code == 200, response.text
     plan = response.json()
     assert plan["basis"] == "capacity" and "capacity mode" in plan["basis_note"]
-    # The configuration's repeat reached less: the plan rests on the lower of the two, and
-    # the configuration counts as confirmed because one of its measurements was.
+    # The sweep confirmed an answer: it stands, on its own row (a confirmed row carries
+    # its confirmation's measurement; the search's reading of the same configuration is
+    # no second measurement), and the configuration read higher once does not beat it.
     assert plan["per_replica_rps"] == 36.0 and plan["headroom"] == 0.2
     _covers(plan, 100)
     assert plan["replicas"] == 4 and plan["gpus_per_replica"] == 2 and plan["gpus"] == 8
-    assert plan["config"] == TP2 and plan["trial_ids"] == [repeat, first]
+    assert plan["config"] == TP2 and plan["trial_ids"] == [repeat] and first != repeat
     assert plan["vllm_command"].startswith("vllm serve Qwen/Qwen2.5-7B-Instruct ")
     assert "--tensor-parallel-size=2" in plan["vllm_command"]
     assert plan["planned_rps"] >= 100 and plan["confirmed"] is True
@@ -419,3 +420,32 @@ async def test_bad_gpu_prices_are_422_with_the_reason(client: httpx.AsyncClient,
     assert response.status_code == 422, response.text
     [error] = response.json()["detail"]
     assert error["loc"][:2] == ["body", "gpu_prices"] and reason in error["msg"], error
+
+
+@pytest.mark.parametrize("backend", ["postgres", "sqlite"], indirect=True)
+async def test_best_shows_the_confirmed_interval_its_trial_number_and_equivalent_set(
+        client: httpx.AsyncClient, store: Store) -> None:
+    # Three configurations read by the search; two confirmed (their rows carry their
+    # confirmation's interval), the third only ranked. The answer's interval overlaps one
+    # confirmed and one ranked configuration per GPU: the API says so, and the planner
+    # sizes on the winner's lower end.
+    sweep = await queue(client, mode="capacity")
+    winner = measure(store, sweep["id"], 3, {"max_num_seqs": 128}, 11.0, capacity=11.0)
+    close = measure(store, sweep["id"], 4, {"max_num_seqs": 256}, 12.0, capacity=12.0)
+    ranked = measure(store, sweep["id"], 5, {"max_num_seqs": 64}, 10.4, capacity=10.4)
+    measure(store, sweep["id"], 6, {"max_num_seqs": 32}, 6.0, capacity=6.0)  # far below
+    store.set_capacity(winner, low=9.8, high=11.5, capacity=10.6, gpus=1, repeats=2)
+    store.set_capacity(close, low=10.9, high=12.4, gpus=1, repeats=2)
+    store.mark_confirmed(winner, repeats=2)
+    [row] = (await client.get("/api/v1/workloads/lab-4rps/best")).json()["data"]
+    assert (row["trial_id"], row["number"], row["sweep_id"]) == (winner, 3, sweep["id"])
+    assert (row["capacity"], row["capacity_low"], row["capacity_high"]) == (10.6, 9.8, 11.5)
+    equivalent = {e["trial_id"]: e for e in row["equivalent"]}
+    assert set(equivalent) == {close, ranked}
+    assert equivalent[close]["confirmed"] and not equivalent[ranked]["confirmed"]
+    assert (equivalent[close]["capacity_low"], equivalent[close]["capacity_high"]) == (
+        10.9, 12.4)
+    plan = (await client.post("/api/v1/capacity",
+                              json={"workload": "lab-4rps", "target_rps": 20})).json()
+    assert plan["trial_ids"] == [winner] and plan["per_replica_rps"] == 9.8
+    assert plan["capacity_high_rps"] == 11.5

@@ -33,6 +33,20 @@
       "data-value": typeof x === "number" ? String(x) : "" }, fmt(x, digits));
   }
   function textCell(text, field) { return el("td", { "data-field": field }, text); }
+  /* A capacity with its interval, "5.924 (5.524–6.353)", as the CLI's table and the
+     report show it (tuner.planning.answer.capacity_text); data-value is the capacity. */
+  function capacityCell(x) {
+    var text = fmt(x.capacity, 3);
+    if (typeof x.capacity === "number" && typeof x.capacity_low === "number") {
+      text += " (" + fmt(x.capacity_low, 3) + "–" +
+        (typeof x.capacity_high === "number" ? fmt(x.capacity_high, 3) : "∞") + ")";
+    }
+    return el("td", { "class": "num", "data-field": "capacity",
+      "data-value": typeof x.capacity === "number" ? String(x.capacity) : "",
+      "data-low": typeof x.capacity_low === "number" ? String(x.capacity_low) : "",
+      "data-high": typeof x.capacity_high === "number" ? String(x.capacity_high) : "" }, text);
+  }
+  function trialName(t) { return "trial " + t.number; }
   function badge(text) { return el("span", { "class": "badge " + text }, text); }
   function value(v) {
     if (v === null || v === undefined) return "none";
@@ -132,13 +146,25 @@
         rows.push(el("tr", { "data-workload": w.name, "data-trial-id": b.trial_id },
           textCell(w.name, "workload"), textCell(b.model, "model"), textCell(b.gpu, "gpu"),
           textCell(sloText(b.slo), "slo"), numCell(b.objective, 3, "objective"),
-          numCell(b.capacity, 3, "capacity"), numCell(b.gpus, 0, "gpus"),
+          capacityCell(b), numCell(b.gpus, 0, "gpus"),
           numCell(b.capacity_per_gpu, 3, "capacity_per_gpu"),
           el("td", { "data-field": "confirmed" }, badge(b.confirmed ? "yes" : "no"),
             b.stale ? el("span", { "data-field": "stale", title: "the newest measurement ran "
               + "another engine version than " + (b.engine_version || "this one") }, " ", badge("stale"))
               : null),
           el("td", { "data-field": "vllm_command" }, el("pre", { "class": "command" }, b.vllm_command))));
+        if ((b.equivalent || []).length) {
+          // Configurations its interval cannot be told from; it won by the stated rule.
+          rows.push(el("tr", { "data-workload": w.name, "data-equivalent-of": b.trial_id },
+            el("td", { colspan: 10, "data-field": "equivalent" },
+              "equivalent to " + (b.number !== null && b.number !== undefined ? "trial " + b.number : "id " + b.trial_id) +
+              " (intervals per GPU overlap; picked by lossless, fewer GPUs, capacity per GPU): " +
+              b.equivalent.map(function (e) {
+                return "trial " + e.number + " " + fmt(e.capacity, 3) + " (" + fmt(e.capacity_low, 3) + "–" +
+                  (typeof e.capacity_high === "number" ? fmt(e.capacity_high, 3) : "∞") + ")" +
+                  (e.confirmed ? "" : " search reading");
+              }).join("; "))));
+        }
       });
       // Measured, and nothing met the SLO: no winner, a capacity problem (and the closest).
       none.forEach(function (m) {
@@ -207,7 +233,8 @@
   }
 
   function bestSoFar(trials) {
-    var ok = trials.filter(function (t) { return t.status === "ok"; });
+    // Configurations only: a confirmation repeat or a quality baseline is a boot, not one.
+    var ok = trials.filter(function (t) { return t.status === "ok" && (t.role || "search") === "search"; });
     var confirmed = ok.filter(function (t) { return t.confirmed; });
     var pool = confirmed.length ? confirmed : ok;
     var best = null;
@@ -215,6 +242,14 @@
       if (!best || (t.objective || 0) > (best.objective || 0)) best = t;
     });
     return best;
+  }
+
+  /* The best trial as the log names it: its Optuna number (the row id only when the
+     trial is not among those listed). */
+  function bestName(p, trials) {
+    if (p.best_trial_id === undefined || p.best_trial_id === null) return "—";
+    var row = trials.filter(function (t) { return t.id === p.best_trial_id; })[0];
+    return row ? trialName(row) : "id " + p.best_trial_id;
   }
 
   function stat(label, v, field, raw) {
@@ -247,8 +282,7 @@
         stat("failed", String(count("failed")), "failed", count("failed")),
         stat("infeasible", String(count("infeasible")), "infeasible", count("infeasible")),
         stat("best so far", fmt(best, 3), "best_objective", best === null ? undefined : best),
-        stat("best trial", p.best_trial_id !== undefined && p.best_trial_id !== null ? "id " + p.best_trial_id : "—", "best_trial_id",
-             p.best_trial_id),
+        stat("best trial", bestName(p, trials), "best_trial_id", p.best_trial_id),
         stat("ETA", finished ? "finished" : duration(p.eta_s), "eta", p.eta_s)),
       p.waiting && !finished ? el("p", { "data-field": "waiting" },
         "Waiting for " + p.waiting["for"] + " since " + p.waiting.since) : null,
@@ -262,9 +296,9 @@
     replace("winner", el("div", { "data-trial-id": w.id },
       table(["trial", "objective", "goodput (req/s)", "capacity (req/s)", "p99 TTFT ms", "p99 TPOT ms",
         "headroom", "confirmed", "binding wall"],
-        [el("tr", {}, textCell("#" + w.number + " (id " + w.id + ")", "trial"),
+        [el("tr", {}, textCell(trialName(w), "trial"),
           numCell(w.objective, 3, "objective"), numCell(m.request_goodput, 3, "request_goodput"),
-          numCell(w.capacity, 3, "capacity"), numCell(m.p99_ttft_ms, 1, "p99_ttft_ms"),
+          capacityCell(w), numCell(m.p99_ttft_ms, 1, "p99_ttft_ms"),
           numCell(m.p99_tpot_ms, 1, "p99_tpot_ms"), numCell(m.headroom, 3, "headroom"),
           el("td", { "data-field": "confirmed" }, badge(w.confirmed ? "yes" : "no")),
           textCell(w.diagnosis ? (w.diagnosis.label || w.diagnosis.wall) + ": " + (w.diagnosis.reason || "") : "—",
