@@ -69,12 +69,14 @@ async def test_every_probe_is_a_point_the_frontier_is_undominated_and_the_winner
     # The winner: the best-config view's trial, at the rate it carried.
     [winner] = [p for p in points if p["winner"]]
     assert body["winner"] == winner and winner["meets_slo"] == "pass"
-    assert winner["trial_id"] == best.trial_id and winner["request_rate"] == best.capacity
-    # The capacity grid: the SLO's own cell carries at least the view's winner, and a
-    # looser limit never carries less.
+    # (the highest rate its probes showed to pass: its interval's lower end)
+    assert winner["trial_id"] == best.trial_id and winner["request_rate"] == best.capacity_low
+    # The capacity grid: the SLO's own cell carries at least the rate the view's winner
+    # was shown to carry, and a looser limit never carries less.
     grid = body["capacity"]
     i, j = grid["ttft_ms"].index(300), grid["tpot_ms"].index(50)
-    assert grid["per_gpu"][i][j] >= best.capacity_per_gpu
+    assert best.capacity_low is not None
+    assert grid["per_gpu"][i][j] >= best.capacity_low / best.gpus  # what its probes passed
     for row in grid["per_gpu"]:
         cells = [c or 0 for c in row]
         assert cells == sorted(cells)

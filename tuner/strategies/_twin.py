@@ -6,7 +6,9 @@ that many otherwise — including the ones it expects to be refused or not to fi
 strategy boots the candidate with the best *optimistic* prediction (prediction × (1 +
 the twin's error band)), measures, refits the twin on every measurement so far, and
 repeats. It stops when no unmeasured candidate's optimistic prediction beats the best
-measured objective by more than the noise tolerance, and says so.
+measured objective by more than the measurements' own noise — the median half-width of
+their capacity intervals (:func:`measured_noise`): a plateau of configurations the probes
+cannot tell apart is not booted one by one — and says so.
 
 Screening is lazy: a prediction made under older factors is kept with an upper bound
 (its value scaled by how far the factors have moved since, to the power
@@ -67,9 +69,12 @@ class TwinCall:
     band: float
     failure: str | None
     measured: float | None = None
+    measured_low: float | None = None
+    """Capacity mode: the objective at the interval's low end (the highest rate shown to
+    pass); the measurement is the interval [measured_low, measured_high]."""
     measured_high: float | None = None
-    """Capacity mode: the objective at the lowest rate that broke the SLO above the
-    measured one — the measurement is the bracket [measured, measured_high]."""
+    """Capacity mode: the objective at the interval's high end (the lowest rate shown to
+    fail)."""
     status: str | None = None
     measured_failure: str | None = None
 
@@ -82,10 +87,11 @@ class TwinCall:
             return None
         if self.measured <= 0:
             return 1.0 if self.predicted > 0 else 0.0
+        low = self.measured if self.measured_low is None else self.measured_low
         high = self.measured if self.measured_high is None else self.measured_high
-        if self.measured <= self.predicted <= high:
+        if low <= self.predicted <= high:
             return 0.0
-        nearer = self.measured if self.predicted < self.measured else high
+        nearer = low if self.predicted < low else high
         return abs(self.predicted - nearer) / self.measured
 
     def as_dict(self) -> dict[str, Any]:
@@ -93,6 +99,8 @@ class TwinCall:
                 "predicted": round(self.predicted, 4), "band": round(self.band, 4),
                 "predicted_failure": self.failure,
                 "measured": None if self.measured is None else round(self.measured, 4),
+                "measured_low": (None if self.measured_low is None
+                                 else round(self.measured_low, 4)),
                 "measured_high": (None if self.measured_high is None
                                   else round(self.measured_high, 4)),
                 "status": self.status, "measured_failure": self.measured_failure,
@@ -157,13 +165,21 @@ class TwinStrategy(Strategy):
         return min(twin_model.PRIOR_BAND,
                    max(twin_model.MIN_BAND, *errors[-_BAND_SAMPLES:]))
 
+    @property
+    def noise(self) -> float:
+        """What measurements can resolve (:func:`measured_noise` of the boots so far)."""
+        return measured_noise(self._known.values())
+
     # --- asking --------------------------------------------------------------------
 
     def _next(self) -> optuna.trial.Trial | None:
         best = self._best_measured()
         band = self.band
-        # a candidate is worth booting when its optimistic value beats this
-        threshold = (best * (1 + NOISE_TOLERANCE) * (1 + 1e-9)
+        noise = self.noise
+        # a candidate is worth booting when its optimistic value beats the best by more
+        # than the measurements can resolve: one inside that is an equivalent
+        # configuration, and booting it could not change the answer
+        threshold = (best * (1 + noise) * (1 + 1e-9)
                      if best is not None and best > 0 else -math.inf)
         picked = self._pick(threshold / (1 + band))
         unmeasured = sum(1 for key in self._entries if self._open(key))
@@ -186,9 +202,10 @@ class TwinStrategy(Strategy):
             return None  # the trials in flight may still move the twin: decide after them
         assert best is not None
         self._stop(f"the twin rules out the other {unmeasured} configurations: none can "
-                   f"beat {best:.3g} {self._unit()} by more than the noise band "
-                   f"(band ±{band:.0%}; screening within ±{self._screen_spread():.0%} of "
-                   "the full trial)")
+                   f"beat {best:.3g} {self._unit()} by more than the measurements' noise "
+                   f"(±{noise:.0%}, the capacity intervals' median half-width; twin band "
+                   f"±{band:.0%}; screening within ±{self._screen_spread():.0%} of the full "
+                   "trial)")
         return None
 
     def _note(self) -> str:
@@ -295,7 +312,7 @@ class TwinStrategy(Strategy):
         if call is not None:
             call.measured, call.status = result.objective, result.status
             call.measured_failure = result.failure
-            call.measured_high = _bracket_top(result)
+            call.measured_low, call.measured_high = _interval_objectives(result)
             if result.failure == "oom" and call.failure is None:
                 self.memory_misses += 1
         self._check_engine_version(result)
@@ -354,6 +371,7 @@ class TwinStrategy(Strategy):
             "screened": sum(1 for e in self._entries.values() if e.prediction is not None),
             "booted": len(booted),
             "band": round(self.band, 4),
+            "noise": round(self.noise, 4),
             "gpu": twin.gpu,
             "factors": twin.factors.as_dict(),
             "start_factors": twin.start.as_dict(),
@@ -372,15 +390,24 @@ class TwinStrategy(Strategy):
         }
 
 
-def _bracket_top(result: TrialResult) -> float | None:
-    """The objective at the lowest broken probe above the capacity (None: no bracket)."""
+def _interval_objectives(result: TrialResult) -> tuple[float | None, float | None]:
+    """The objective at the capacity interval's two ends (None where it has none)."""
     if not result.capacity or not result.objective:
-        return None
-    broke = [p.request_rate for p in result.capacity_probes
-             if not p.gate_passed and p.request_rate > result.capacity]
-    if not broke:
-        return None
-    return min(broke) * result.objective / result.capacity
+        return None, None
+    per_rate = result.objective / result.capacity  # 1 / the replica's GPUs
+    low = result.capacity_low
+    high = result.capacity_high
+    return (None if low is None else low * per_rate,
+            None if high is None else high * per_rate)
+
+
+def measured_noise(results: Iterable[TrialResult]) -> float:
+    """The noise the measurements show: the median half-width of their capacity
+    intervals (``(high / low − 1) / 2``), at least :data:`NOISE_TOLERANCE` — what two
+    configurations must differ by before a measurement can tell them apart."""
+    widths = [(r.capacity_high / r.capacity_low - 1.0) / 2.0 for r in results
+              if r.status == "ok" and r.capacity_low and r.capacity_high]
+    return max(NOISE_TOLERANCE, statistics.median(widths)) if widths else NOISE_TOLERANCE
 
 
 def _params_of(key: str) -> dict[str, KnobValue]:

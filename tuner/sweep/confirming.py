@@ -2,12 +2,15 @@
 
 :class:`~tuner.sweep.confirmation.ConfirmationPhase` runs repeats and picks a winner without a
 database; this is the sweep's side of it. :class:`SweepConfirmation` picks the top
-configurations from the :class:`~tuner.sweep.tally.Tally`, builds each repeat's spec (around
-the capacity its first run found, checked against the sweep's quality baseline like the
-search), logs and stores every attempt as a ``repeat`` row through the sweep's
+configurations from the :class:`~tuner.sweep.tally.Tally`, builds each repeat's spec (in
+capacity mode a fresh measurement: the space's full probe design on a sample of its own,
+bracketing from below what its search run found; checked against the sweep's quality
+baseline like the search), logs and stores every attempt as a ``repeat`` row through the sweep's
 :class:`~tuner.sweep.recorder.SweepRecorder`, shows each to the strategy, and takes over the
 repeats a previous coordinator of the sweep stored. The winner is marked ``confirmed``
-only when its repeats hold the SLO: a lucky search run is not.
+only when its repeats hold the SLO: a lucky search run is not. In capacity mode each
+candidate that held stores its confirmation's interval on its search row, so the number
+every surface reports for it is the confirmation's.
 """
 
 from __future__ import annotations
@@ -20,16 +23,23 @@ from typing import Any
 from tuner.db.records import TrialRecord
 from tuner.strategies import Proposal, Strategy
 from tuner.sweep.baselines import QualityBaselines
-from tuner.sweep.confirmation import ConfirmationPhase, Slot, top_configurations
+from tuner.sweep.confirmation import ConfirmationPhase, Slot, Trait, top_configurations
 from tuner.sweep.launcher import TrialLauncher, retry_as
 from tuner.sweep.log import SweepEvents
 from tuner.sweep.recorder import HEARTBEAT_S, SweepRecorder
 from tuner.sweep.request import SweepBudget
 from tuner.sweep.resume import stored_repeats
 from tuner.sweep.tally import Tally
-from workers.contracts import CapacitySearch, KnobValue, TrialResult, TrialSpec
+from workers.capacity import confirm_search, fresh_sample
+from workers.contracts import (
+    CapacitySearch,
+    KnobValue,
+    ObjectiveMode,
+    TrialResult,
+    TrialSpec,
+    Workload,
+)
 from workers.engines import adapter_for
-from workers.pipeline import remeasure_search
 
 __all__ = ["SpecBuilder", "SweepConfirmation"]
 
@@ -48,7 +58,11 @@ class SweepConfirmation:
     baselines: QualityBaselines[Proposal]
     spec: SpecBuilder
     capacity: CapacitySearch
-    """The space's capacity search (a repeat's is centred on what its first run found)."""
+    """The space's capacity search, its full design (a repeat brackets from below what
+    its search run found)."""
+    workload: Workload
+    """The space's workload (a repeat measures a fresh sample of it)."""
+    mode: ObjectiveMode
 
     def run(self, launcher: TrialLauncher[Slot], limits: SweepBudget, *,
             keep_going: Callable[[], bool]) -> None:
@@ -61,7 +75,10 @@ class SweepConfirmation:
         if not chosen:
             return
         top = [tally.results[i][0] for i in chosen]
-        found = [tally.results[i][1].capacity for i in chosen]
+        found = [_reading(tally.results[i][1]) for i in chosen]
+        traits = [Trait(lossy=spec.quality is not None, gpus=spec.gpus)
+                  for spec in (self.spec(row.params, "trait") for row in top)] \
+            if self.mode == "capacity" else None
 
         def record(slot: Slot, attempt: int, spec: TrialSpec, result: TrialResult) -> None:
             row = top[slot[0]]
@@ -87,32 +104,49 @@ class SweepConfirmation:
                                   repeats=limits.confirm_repeats, record=record,
                                   started=started, done=done, attempts=attempts)
         try:
-            outcome = phase.run([row.params for row in top], keep_going=keep_going)
+            outcome = phase.run([row.params for row in top], keep_going=keep_going,
+                                traits=traits)
         finally:
             tally.gpu_hours += phase.gpu_hours
         while not self.recorder.drain() and not self.recorder.lease_lost:
             time.sleep(HEARTBEAT_S)  # every repeat is stored before the winner is named
         if outcome is None or outcome.winner is None:
             return
+        store, lease = self.recorder.store, self.recorder.lease
+        if traits is not None:
+            # Each candidate that held now carries its confirmation's interval: what the
+            # view, the planner and every surface read of it, never its search reading.
+            for row, repeated, trait in zip(top, outcome.repeated, traits, strict=True):
+                if repeated.held and repeated.low is not None:
+                    store.set_capacity(row.id, low=repeated.low, high=repeated.high,
+                                       capacity=repeated.capacity, gpus=trait.gpus,
+                                       repeats=limits.confirm_repeats, lease=lease)
         winner = top[outcome.winner]
         if outcome.held:
-            self.recorder.store.mark_confirmed(winner.id, repeats=limits.confirm_repeats,
-                                               lease=self.recorder.lease)
-            tally.best = (outcome.mean, winner.id)
+            store.mark_confirmed(winner.id, repeats=limits.confirm_repeats, lease=lease)
+            chosen_one = outcome.repeated[outcome.winner]
+            mean = chosen_one.capacity / traits[outcome.winner].gpus \
+                if traits is not None and chosen_one.capacity is not None else outcome.mean
+            tally.best = (mean, winner.id)
         else:
             tally.best = None
             tally.unconfirmed = (
                 "the best configurations did not hold the SLO when re-run "
                 f"({limits.confirm_repeats} repeats each): their search results were not "
                 "reproducible")
-        tally.confirmation = [{"trial_id": top[row.pop("candidate")].id, **row}
-                              for row in outcome.table]
+        tally.confirmation = [{"trial_id": top[row.pop("candidate")].id,
+                               "number": top[i].number, **row}
+                              for i, row in enumerate(outcome.table)]
 
     def _repeat_spec(self, row: TrialRecord, repeat: int, attempt: int,
-                     capacity: float | None) -> TrialSpec:
+                     found: float | None) -> TrialSpec:
         overrides: dict[str, Any] = {}
-        if capacity:  # re-measured around what the first run found
-            overrides["capacity"] = remeasure_search(self.capacity, capacity)
+        if self.mode == "capacity":
+            # Measured afresh: the space's full probe design, a sample of its own, and a
+            # bracket of its own from below what the search found.
+            search = self.capacity if not found else confirm_search(self.capacity, found)
+            overrides["capacity"] = search
+            overrides["workload"] = fresh_sample(self.workload, repeat)
         params: dict[str, KnobValue] = row.params
         spec = self.spec(params,
                          f"s{self.recorder.sweep_id}-t{row.number}-confirm{repeat}-a{attempt}",
@@ -120,3 +154,8 @@ class SweepConfirmation:
         # A lossy configuration is checked against the sweep's baseline, as in the search.
         spec = self.baselines.ready(spec) or spec
         return adapter_for(spec.engine).repeat_spec(spec, repeat)
+
+
+def _reading(result: TrialResult) -> float | None:
+    """Where a search result put the capacity's lower end (what a repeat brackets from)."""
+    return result.capacity_low if result.capacity_low is not None else result.capacity

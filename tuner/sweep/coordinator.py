@@ -33,8 +33,10 @@ and runs the loop:
 * :mod:`tuner.sweep.progress` (what the CLI, the API and the dashboard read) and
   :mod:`tuner.sweep.log` (one line per event).
 
-A trial's capacity search needs one fact of the sweep, the best capacity per GPU so far;
-where it starts from that is the pipeline's (:func:`workers.pipeline.warm_search`).
+A trial's capacity search ranks (the space's ranking probes: the answer is measured in
+confirmation) and starts where :mod:`tuner.sweep.start` predicts its capacity (the twin's
+prior scaled by what the sweep measured, else the best capacity per GPU so far); how it
+starts from there is :func:`workers.capacity.warm_search`'s.
 
 Every write a runner makes for its sweep carries the :class:`~tuner.db.records.Lease` its
 claim returned. When the store refuses one (:class:`LeaseLost`: the sweep was claimed
@@ -68,11 +70,12 @@ from tuner.sweep.progress import Phase, SweepProgress, sweep_progress
 from tuner.sweep.recorder import HEARTBEAT_S, TRANSIENT_STORAGE_ERRORS, SweepRecorder
 from tuner.sweep.request import SweepBudget, stored_space
 from tuner.sweep.resume import resume
+from tuner.sweep.start import StartPredictor
 from tuner.sweep.study import sweep_study
 from tuner.sweep.tally import Tally
 from tuner.twin.calibrations import warm_start
+from workers.capacity import warm_search
 from workers.contracts import KnobValue, TrialResult, TrialSpec, replica_gpus
-from workers.pipeline import warm_search
 
 __all__ = ["HEARTBEAT_S", "STALE_AFTER_S", "TRANSIENT_STORAGE_ERRORS", "Budget", "Coordinator",
            "SweepRunner", "new_coordinator_id"]
@@ -143,6 +146,9 @@ class SweepRunner:
         self.log = SweepEvents(sweep_log or SweepLog(None), sweep.id, self.space.defaults())
         """One line per trial start and end and per phase (files and log shippers)."""
         self.on_progress = on_progress
+        self.starts: StartPredictor | None = None
+        """Predicts each capacity search's start (built at the first capacity trial)."""
+        self._observed = 0
 
     @property
     def lease(self) -> Lease:
@@ -329,19 +335,37 @@ class SweepRunner:
         return replica_gpus(self.space.flags(params))
 
     def _spec(self, params: dict[str, KnobValue], run_id: str, **overrides: Any) -> TrialSpec:
-        best = self.tally.best
-        if self.space.mode == "capacity" and best is not None and "capacity" not in overrides:
-            # The capacity search starts from the best capacity per GPU so far (the
-            # objective in capacity mode), which is all it needs of the sweep.
-            overrides["capacity"] = warm_search(self.space.capacity, best[0],
-                                                self._gpus_of(params))
+        if self.space.mode == "capacity" and "capacity" not in overrides:
+            # A search trial ranks (the space's ranking probes; the answer is measured in
+            # confirmation), starting where the best capacity per GPU so far says this
+            # replica should be: a start saves probes, it cannot move the interval.
+            search = self.space.capacity.for_ranking()
+            start = self._predicted_capacity(params)
+            if start is not None:
+                search = warm_search(search, start)
+            overrides["capacity"] = search
         return self.space.to_trial_spec(params, run_id, **overrides)
+
+    def _predicted_capacity(self, params: dict[str, KnobValue]) -> float | None:
+        """Where this configuration's capacity should be (:mod:`tuner.sweep.start`), else
+        the best capacity per GPU so far on its GPUs; None for the first trial."""
+        if self.starts is None:
+            self.starts = StartPredictor(self.space)
+        for row, result in self.tally.results[self._observed:]:
+            self.starts.observe(row.params, result)
+        self._observed = len(self.tally.results)
+        predicted = self.starts.predict(params)
+        best = self.tally.best
+        if predicted is None and best is not None:
+            predicted = best[0] * self._gpus_of(params)
+        return predicted
 
     def _confirm(self) -> None:
         """Re-run the top configurations (:mod:`tuner.sweep.confirming`); keep what won."""
         trials = self.queue.trials
         SweepConfirmation(self.recorder, self.log, self.strategy, self.tally,
                           self.queue.baselines, self._spec, self.space.capacity,
+                          self.space.resolve_workload(), self.space.mode,
                           ).run(TrialLauncher(trials.executor, trials.share, self.sweep.id),
                                 self.budget.limits, keep_going=self._beat)
 

@@ -101,11 +101,15 @@ class SweepLog:
 
     def phase(self, sweep_id: int, progress: SweepProgress) -> None:
         detail = progress.stop_reason or ""
+        best = ""
+        if progress.phase == "done" and progress.best_objective is not None:
+            best = f" · best {progress.best_objective:.3f} (trial {progress.best_number})"
         self._write({"event": "phase", "sweep": sweep_id, "phase": progress.phase,
                      "reason": progress.stop_reason,
-                     "best_objective": progress.best_objective},
+                     "best_objective": progress.best_objective,
+                     "best_trial": progress.best_number},
                     f"sweep {sweep_id} phase {progress.phase}" + (f": {detail}" if detail
-                                                                 else ""))
+                                                                 else "") + best)
 
     def message(self, event: str, text: str, **fields: Any) -> None:
         """Any other line (start-up, the sweep's end) in the log's format."""

@@ -74,8 +74,10 @@ class TwinCallView(_Read):
     band: float
     predicted_failure: str | None = None
     measured: float | None = None
+    measured_low: float | None = None
+    """Capacity mode: the objective at the interval's low end (the highest rate passed)."""
     measured_high: float | None = None
-    """Capacity mode: the top of the measured bracket (the lowest rate that broke)."""
+    """Capacity mode: the objective at the interval's high end (the lowest rate failed)."""
     status: str | None = None
     measured_failure: str | None = None
     error: float | None = None
@@ -107,6 +109,8 @@ class TwinProgress(_Read):
     screened: int
     booted: int
     band: float
+    noise: float | None = None
+    """What the measurements resolve: their capacity intervals' median half-width."""
     gpu: str
     factors: dict[str, float]
     """Multipliers on the shipped calibration (compute, memory, overhead): the stored
@@ -135,6 +139,9 @@ class SweepProgress(_Read):
     max_trials: int | None = None
     best_objective: float | None = None
     best_trial_id: int | None = None
+    best_number: int | None = None
+    """The best trial's Optuna number (``trial N``, as the log, the table and the report
+    name it); after confirmation, the confirmed winner's."""
     best_params: dict[str, Any] | None = None
     gpu_hours: float = 0.0
     eta_s: float | None = None
@@ -186,6 +193,7 @@ def sweep_progress(phase: Phase, tally: Tally, *, started: int, running: int,
         "max_trials": max_trials,
         "best_objective": tally.best[0] if tally.best else None,
         "best_trial_id": tally.best[1] if tally.best else None,
+        "best_number": tally.best_number(),
         "best_params": best_row.params if best_row else None,
         "gpu_hours": round(tally.gpu_hours, 4), "eta_s": eta,
         "updated_at": datetime.now(UTC).isoformat(),

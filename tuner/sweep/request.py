@@ -148,6 +148,10 @@ def resolve(request: SweepRequest, trust: Trust = OPERATOR) -> tuple[SearchSpace
         # The stored space carries what the sweep runs, so a resumed sweep runs the same.
         space = space.model_copy(update={"workload": workload, "slo": slo,
                                          "mode": request.mode or space.mode})
+        problem = space.capacity.unable(slo.percentile) if space.mode == "capacity" \
+            else None
+        if problem:  # an SLO override may ask a percentile the space's probes cannot show
+            raise SpaceError(f"space {space.name!r}: {problem}")
     if request.allow_lossy:
         space = space.allowing_lossy()
     if request.strategy == "twin":

@@ -33,8 +33,8 @@ from tuner.spaces import SearchSpace
 from tuner.strategies._base import params_key
 from tuner.strategies._ranking import NOISE_TOLERANCE
 from tuner.twin.factors import TwinFactors
+from workers.capacity import probe_medians, probe_workload
 from workers.contracts import KnobValue, TrialResult, TrialSpec
-from workers.pipeline import probe_medians, probe_workload
 from workers.sim.calibration import RooflineCalibration, shipped_calibration
 from workers.sim.catalog import UnknownCatalogEntry, get_gpu, get_model
 
@@ -45,7 +45,7 @@ SCREEN_PROMPTS = 80
 SCREEN_TOLERANCE = 0.1
 """Capacity bracket of a screening prediction: it ranks, the check measures."""
 SCREEN_PROBES = 6
-FIT_PROMPTS = 160
+FIT_PROMPTS = 320
 """Requests per re-simulated probe when fitting (the first ones of the probe the engine
 ran). For conversations these are mostly sessions' first turns, lighter than the steady
 state the probe measured: the fit is re-simulated hundreds of times, and a whole steady
@@ -142,9 +142,11 @@ class Twin:
     # --- predicting ----------------------------------------------------------------
 
     def spec(self, params: Mapping[str, KnobValue]) -> TrialSpec:
-        """The trial spec the space would give ``params`` (no quality gate: the twin
-        predicts load behaviour; a lossy value's quality is the gate's to measure)."""
-        return self.space.to_trial_spec(dict(params), "twin", quality=None)
+        """The trial spec a sweep's search gives ``params`` (its ranking probes in
+        capacity mode; no quality gate: the twin predicts load behaviour, a lossy value's
+        quality is the gate's to measure)."""
+        search = self.space.capacity.for_ranking() if self.space.mode == "capacity" else None
+        return self.space.to_trial_spec(dict(params), "twin", quality=None, capacity=search)
 
     def predict(self, params: Mapping[str, KnobValue], *, full: bool = False) -> Prediction:
         key = (params_key(params), self.factors, full)
@@ -269,13 +271,14 @@ def _log_ratio(ratio: float | None) -> float:
 
 
 def _screening(spec: TrialSpec) -> TrialSpec:
-    """The cheap version of ``spec``: fewer requests per probe, a looser bracket."""
+    """The cheap version of ``spec``: short probes read at their own percentile
+    (confidence 0.5: a prediction ranks, it is not a measurement), a looser bracket."""
     workload = spec.workload.model_copy(update={
         "num_prompts": min(spec.workload.num_prompts, SCREEN_PROMPTS), "warmup_requests": 0})
     search = spec.capacity
     capacity = search.model_copy(update={
-        "prompts_per_probe": None if search.prompts_per_probe is None
-        else min(search.prompts_per_probe, SCREEN_PROMPTS),
+        "prompts_per_probe": min(search.prompts_per_probe or SCREEN_PROMPTS, SCREEN_PROMPTS),
+        "confidence": 0.5, "extensions": 0, "resolve_undecided": False,
         "min_probe_s": None,
         "relative_tolerance": max(search.relative_tolerance, SCREEN_TOLERANCE),
         "max_probes": min(search.max_probes, SCREEN_PROBES), "session_spans": 0.0})

@@ -31,9 +31,11 @@ def truth(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def measure(params: dict[str, KnobValue], run_id: str = "t") -> TrialResult:
-    """What "the real engine" (the simulated one, on the truth) measures."""
+    """What "the real engine" (the simulated one, on the truth) measures when a sweep's
+    search boots it: the space's ranking probes, what the twin predicts."""
     space = small_space()
-    return run_virtual_trial(space.to_trial_spec(params, run_id), per_request=False)
+    spec = space.to_trial_spec(params, run_id, capacity=space.capacity.for_ranking())
+    return run_virtual_trial(spec, per_request=False)
 
 
 def test_factors_scale_their_group_of_the_prior_and_stay_in_bounds() -> None:

@@ -44,7 +44,9 @@ def test_two_twin_sweeps_find_the_optimum_and_the_second_starts_from_the_first(
     migrate.upgrade(url)
     monkeypatch.setenv(CALIBRATION_ENV, str(truth))
     space = small_space()
-    grid = {params_key(p): run_virtual_trial(space.to_trial_spec(p, "g"),
+    # what the sweep's search measures of each configuration: its ranking probes
+    ranking = space.capacity.for_ranking()
+    grid = {params_key(p): run_virtual_trial(space.to_trial_spec(p, "g", capacity=ranking),
                                              per_request=False).objective
             for p in space.grid()}
     optimum = max(grid.values())
