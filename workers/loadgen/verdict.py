@@ -22,10 +22,11 @@ A probe at rate ``r`` *passes* only when both of these hold (DESIGN §3):
 
 The verdicts (:data:`Verdict`): ``pass``; ``fail`` (a tail bound is over target, or too
 many requests errored); ``overload`` (the engine fell behind: the deficit exceeds the
-tolerance by more than its own noise — said as such, whatever the tails say); ``undecided`` (neither: the
-pipeline extends the probe with more requests at the same rate, and a probe still
-undecided at its cap stays so — never a pass); ``client_bound`` (the load generator fell
-behind its own schedule: the run measured the client, not the engine).
+tolerance by more than its own noise — said as such, whatever the tails say);
+``undecided`` (neither: the pipeline extends the probe with more requests at the same
+rate, and a probe still undecided at its cap stays so — never a pass); ``client_bound``
+(the load generator fell behind its own schedule: the run measured the client, not the
+engine).
 
 Everything here is a pure function of recorded timings, so it is tested without a server
 and a live probe and a virtual one are judged alike.
