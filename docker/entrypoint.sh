@@ -43,8 +43,8 @@ require() {
     for name in "$@"; do
         eval "value=\${$name:-}"
         if [ -z "$value" ]; then
-            echo "$role: refusing to start: $name is not set (see the README's Deployment" \
-                 "section; e.g. openssl rand -hex 32)" >&2
+            echo "$role: refusing to start: $name is not set (see docs/deployment/index.md;" \
+                 "e.g. openssl rand -hex 32)" >&2
             exit 2
         fi
     done

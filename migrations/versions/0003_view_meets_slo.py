@@ -5,7 +5,7 @@ Revises: 0002
 Create Date: 2026-12-01
 
 ``best_config_per_workload`` is a contract for the dashboard, external BI and the
-capacity planner. From this revision (the README's "The best-config view" says the same):
+capacity planner. From this revision (docs/reference/best-config-view.md says the same):
 
 * a row exists only for a configuration that **met the SLO**: a trial ``ok`` with an
   objective above 0 (goodput is 0 when the gate failed; capacity is 0 when no rate held);

@@ -31,7 +31,7 @@ def create_sweep(request: SweepRequest, store: StoreDep, settings: SettingsDep, 
 
     The request is a client's: it names shipped spaces and workloads, files inside the
     operator's data directories, and registered engines and quality commands — never a
-    server path or a command of its own (README, "Trust model")."""
+    server path or a command of its own (docs/guides/trust.md)."""
     if request.slo is not None:
         try:
             SLO.parse(request.slo)
