@@ -28,7 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _reference import MOE_CSV, load_moe_rows, load_rows, reference_csv
 
-from workers.sim.cost_model import UnsupportedSetup, make_cost_model
+from workers.sim.cost_model import UnsupportedSetup
+from workers.sim.cost_registry import make_cost_model
 from workers.sim.reference import ReferenceRow, reference_setup, reference_shape
 
 

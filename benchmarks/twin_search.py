@@ -49,7 +49,7 @@ from search_efficiency import (  # type: ignore[import-not-found]
 
 from tuner.spaces import SearchSpace
 from tuner.strategies import GuidedTPEStrategy, TwinStrategy, params_key
-from tuner.twin.factors import TwinFactors
+from tuner.strategies.twin.factors import TwinFactors
 from workers.sim.calibration import CALIBRATION_ENV, shipped_calibration
 
 TARGET_SHARE = 0.98

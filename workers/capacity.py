@@ -37,8 +37,10 @@ import struct
 import zlib
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from workers.backend import Backend, Measured
+from workers.binomial import fail_threshold, min_requests_to_pass
 from workers.contracts import (
     CapacityProbe,
     CapacitySearch,
@@ -64,18 +66,13 @@ from workers.loadgen.sessions import session_summary, steady_arrivals_s
 from workers.loadgen.verdict import (
     SteadyState,
     TailBound,
-    fail_threshold,
     judge,
     judging_span_s,
-    min_requests_to_pass,
     pooled,
     steady_state,
     tail_bounds,
     worth_extending,
 )
-
-if TYPE_CHECKING:  # annotations only: the pipeline imports this module
-    from workers.pipeline import Backend, Measured
 
 __all__ = [
     "CLIENT_BOUND_RETRIES",
@@ -433,7 +430,6 @@ def merge_runs(spec: TrialSpec, runs: Sequence[Measured]) -> Measured:
     """A probe's runs as one measurement, one after the other: records re-indexed and
     moved in time behind the runs before them, durations, counters and histograms summed,
     gauges joined — what its result's metrics are computed from."""
-    from workers.pipeline import Measured  # the pipeline imports this module
 
     if len(runs) == 1:
         return runs[0]

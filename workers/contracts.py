@@ -28,6 +28,7 @@ from pydantic import (
     model_validator,
 )
 
+from workers.binomial import min_requests_to_pass
 from workers.engine_options import EngineOptions, lift_engine_options, options_model
 from workers.trust import trust_of
 
@@ -721,8 +722,6 @@ class CapacitySearch(_Strict):
     def unable(self, percentile: float) -> str | None:
         """Why this search could never give a verdict on an SLO at ``percentile`` (a probe
         too small for a pass at its confidence), with what would; None when it can."""
-        from workers.loadgen.verdict import min_requests_to_pass
-
         checks = [("capacity.prompts_per_probe", self.prompts_per_probe, self.confidence),
                   ("capacity.max_prompts_per_probe", self.max_prompts_per_probe,
                    self.confidence),

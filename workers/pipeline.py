@@ -1,7 +1,7 @@
 """One trial pipeline: (baseline) → boot → quality gate → measure (warm-up, load, early
 abort, scrape) → score → result.
 
-A :class:`Backend` is where the engine runs: the live engine (any adapter, a real
+A :class:`~workers.backend.Backend` is where the engine runs: the live engine (any adapter, a real
 process; :mod:`workers.trial`) or the simulated engine in virtual time
 (:mod:`workers.virtual_trial`). Everything else is here, once: the goodput and capacity
 modes (the capacity search and its probes' verdicts: :mod:`workers.capacity`), the error
@@ -35,10 +35,9 @@ every lossy trial as the gate's ``reference``.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
+from workers.backend import Backend, Measured
 from workers.capacity import measure_capacity, over_error_budget
 from workers.contracts import (
     EngineFacts,
@@ -49,13 +48,11 @@ from workers.contracts import (
     QualityVerdict,
     TrialResult,
     TrialSpec,
-    Workload,
 )
 from workers.engines import EngineFailure, boot_phases
 from workers.loadgen.datasets import DatasetError
 from workers.loadgen.diagnosis import diagnose
 from workers.loadgen.result import OURS, ResultInfo, build_result
-from workers.loadgen.scoring import Score
 from workers.loadgen.symptoms import with_symptoms
 from workers.quality import (
     QUALITY,
@@ -66,70 +63,10 @@ from workers.quality import (
     verdict_constraint,
 )
 
-if TYPE_CHECKING:  # annotations only: the pipeline's callers need no HTTP client loaded
-    from workers.loadgen.runner import BenchmarkRun
-
-__all__ = [
-    "FITS",
-    "Backend",
-    "Measured",
-    "run_pipeline",
-]
+__all__ = ["FITS", "run_pipeline"]
 
 FITS = "fits"
 """The constraint every result carries: ≤ 0 when the configuration booted."""
-
-
-@dataclass(frozen=True, slots=True)
-class Measured:
-    """One measured run at one rate: the records, their score, and what it cost."""
-
-    run: BenchmarkRun
-    score: Score
-    warmup_s: float
-    measure_s: float
-
-
-class Backend(Protocol):
-    """Where the engine of a trial runs. A failure is an :class:`EngineFailure`."""
-
-    @property
-    def base_url(self) -> str:
-        """Where the booted engine answers (the quality command and the result say so)."""
-        ...
-
-    facts: EngineFacts
-    """What the engine said about itself (filled in by :meth:`boot`, even when it fails)."""
-    boot_s: float | None
-    """What booting cost (set by :meth:`boot`, even when it fails)."""
-
-    async def boot(self) -> None: ...
-
-    async def measure(self, workload: Workload, *,
-                      abort_allowed: Mapping[str, int] | None = None) -> Measured:
-        """Warm up, load and score ``workload``; the engine dying is an EngineFailure.
-
-        ``abort_allowed``: a capacity probe's early abort — stop once more requests than
-        this broke a target (per metric), where its confidence bound can only fail; None:
-        the spec's own early abort (the gate's percentile can no longer hold)."""
-        ...
-
-    async def before_probe(self) -> None:
-        """Between capacity probes (drop the prefix cache where the engine can)."""
-        ...
-
-    async def golden(self, check: GoldenCheck) -> tuple[tuple[int, ...], ...]:
-        """The booted engine's greedy answers to the golden prompts, in token ids
-        (:class:`~workers.quality.QualityUnavailable` when it cannot answer)."""
-        ...
-
-    async def baseline_golden(self, gate: QualityGate) -> tuple[tuple[int, ...], ...]:
-        """The lossless baseline's answers: boots this configuration with the gate's
-        lossless values, asks, and stops it — before :meth:`boot`, so the two never
-        share a GPU (QualityUnavailable when the baseline cannot boot or answer)."""
-        ...
-
-    def log_tail(self) -> str | None: ...
 
 
 async def run_pipeline(spec: TrialSpec, backend: Backend, *, detailed: bool = True

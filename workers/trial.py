@@ -25,6 +25,7 @@ from pathlib import Path
 
 import httpx
 
+from workers.backend import Measured
 from workers.contracts import (
     EngineFacts,
     GoldenCheck,
@@ -36,7 +37,7 @@ from workers.contracts import (
 from workers.engines import EngineAdapter, EngineFailure, classify_failure, make_engine
 from workers.gpu import GPUProbe
 from workers.loadgen import run_benchmark, score
-from workers.pipeline import Measured, run_pipeline
+from workers.pipeline import run_pipeline
 from workers.quality import QualityUnavailable, golden_outputs
 
 __all__ = ["LiveBackend", "run_trial", "run_trial_async"]

@@ -27,6 +27,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
+from workers.backend import Measured
 from workers.contracts import (
     SLO,
     DatasetConfig,
@@ -48,7 +49,7 @@ from workers.loadgen.runner import AbortMonitor, BenchmarkRun, EarlyAbort, SendL
 from workers.loadgen.scoring import Score, score
 from workers.loadgen.scrape import HistogramDelta, ScrapeSummary
 from workers.loadgen.sessions import group_sessions, session_offsets
-from workers.pipeline import Measured, run_pipeline
+from workers.pipeline import run_pipeline
 from workers.quality import QualityUnavailable
 from workers.sim import tokenizer
 from workers.sim.calibration import RooflineCalibration
@@ -368,7 +369,7 @@ def _scrape(sim: SimulationResult, records: Sequence[RequestRecord], until: floa
 def measure(spec: TrialSpec, config: EngineConfig, workload: Workload,
             abort_allowed: Mapping[str, int] | None = None) -> ProbeRun:
     """Simulate ``workload`` on ``config`` and score it as the live runner + scorer would
-    (``abort_allowed``: as :meth:`workers.pipeline.Backend.measure`)."""
+    (``abort_allowed``: as :meth:`workers.backend.Backend.measure`)."""
     sims, rejected, conversations = _requests(workload, config, workload.num_prompts)
     if conversations is None:
         n = len(sims) + len(rejected)

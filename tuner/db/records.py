@@ -243,8 +243,9 @@ def overlaps(a: tuple[float, float], b: tuple[float, float]) -> bool:
 
 class BestConfig(_Record):
     """One row of ``best_config_per_workload``: a configuration that met the SLO (see
-    migration 0003 and docs/reference/best-config-view.md for the columns). The API answers it as it is, with
-    the command line that reproduces it (``api.schemas.BestOut``)."""
+    migration 0003 and docs/reference/best-config-view.md for the columns). The API
+    answers it as it is, with the command line that reproduces it
+    (``api.schemas.BestOut``)."""
 
     workload: str
     model: str

@@ -29,7 +29,7 @@ from tuner.strategies._guided import WALL_KNOBS, GuidedStrategy, GuidedTPEStrate
 from tuner.strategies._ranking import NOISE_TOLERANCE, best_index, rank
 from tuner.strategies._simple import GridStrategy, RandomStrategy
 from tuner.strategies._tpe import TPEStrategy
-from tuner.strategies._twin import TwinStrategy
+from tuner.strategies.twin.strategy import TwinStrategy
 
 __all__ = [
     "CONSTRAINT_KEYS",

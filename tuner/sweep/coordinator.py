@@ -60,6 +60,7 @@ from tuner.db.records import Lease, SweepRecord, TrialRecord
 from tuner.db.store import Store
 from tuner.spaces import SearchSpace
 from tuner.strategies import NOISE_TOLERANCE, Proposal, Strategy, TwinStrategy, make_strategy
+from tuner.sweep.calibrations import warm_start
 from tuner.sweep.card_sync import sync_cards
 from tuner.sweep.confirming import SweepConfirmation
 from tuner.sweep.executors import ExecutorLost, TrialExecutor
@@ -73,7 +74,6 @@ from tuner.sweep.resume import resume
 from tuner.sweep.start import StartPredictor
 from tuner.sweep.study import sweep_study
 from tuner.sweep.tally import Tally
-from tuner.twin.calibrations import warm_start
 from workers.capacity import warm_search
 from workers.contracts import KnobValue, TrialResult, TrialSpec, replica_gpus
 

@@ -18,7 +18,7 @@ from tuner.db.records import ExecutorChoice, SweepRecord
 from tuner.db.store import Store
 from tuner.spaces import SearchSpace, SpaceError, load_space, parse_space
 from tuner.strategies import DEFAULT_STRATEGY, STRATEGIES
-from tuner.twin.model import Twin
+from tuner.strategies.twin.model import Twin
 from workers.contracts import SLO, ObjectiveMode, Workload
 from workers.loadgen import WorkloadError, load_workload
 from workers.loadgen.workload_files import parse_workload

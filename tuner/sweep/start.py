@@ -19,7 +19,7 @@ import statistics
 from collections.abc import Mapping
 
 from tuner.spaces import SearchSpace
-from tuner.twin.model import Twin, TwinUnavailable
+from tuner.strategies.twin.model import Twin, TwinUnavailable
 from workers.contracts import KnobValue, TrialResult
 
 __all__ = ["StartPredictor"]

@@ -37,11 +37,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
+from workers.binomial import binomial_cdf, fail_threshold, pass_threshold
 from workers.contracts import SLO, SLOMetric
 
 if TYPE_CHECKING:  # annotations only
@@ -54,11 +54,8 @@ __all__ = [
     "SteadyState",
     "TailBound",
     "Verdict",
-    "fail_threshold",
     "judge",
     "judging_span_s",
-    "min_requests_to_pass",
-    "pass_threshold",
     "pooled",
     "steady_state",
     "tail_bound",
@@ -84,55 +81,6 @@ _GRID = 200
 
 
 # --- the tail bound ----------------------------------------------------------------------
-
-
-@lru_cache(maxsize=4096)
-def _thresholds(n: int, share: float, alpha: float) -> tuple[int, int]:
-    """(most exceedances a pass allows, fewest that fail) of ``n`` values when the share
-    above target is ``share`` exactly: ``max{v: P(X ≤ v) ≤ α}`` (−1: none) and
-    ``min{v: P(X ≥ v) ≤ α}`` (``n + 1``: none) for ``X ~ Bin(n, share)``."""
-    if share <= 0.0:  # the maximum: one exceedance fails, none can be shown not to happen
-        return 0, 1
-    log_p, log_q = math.log(share), math.log1p(-share)
-    cdf = 0.0
-    allowed = -1
-    fail_at = n + 1
-    for v in range(n + 1):
-        below = cdf  # P(X ≤ v − 1): P(X ≥ v) = 1 − below
-        if 1.0 - below <= alpha:
-            fail_at = v
-            break
-        log_pmf = (math.lgamma(n + 1) - math.lgamma(v + 1) - math.lgamma(n - v + 1)
-                   + v * log_p + (n - v) * log_q)
-        cdf = below + math.exp(log_pmf)
-        if cdf <= alpha:
-            allowed = v
-    return allowed, fail_at
-
-
-def _share_above(percentile: float) -> float:
-    return max(0.0, 1.0 - percentile / 100.0)
-
-
-def pass_threshold(n: int, percentile: float, confidence: float) -> int:
-    """The most of ``n`` values that may exceed a target while the ``percentile`` is still
-    shown within it at ``confidence`` (−1: ``n`` is too few for any pass)."""
-    return _thresholds(n, _share_above(percentile), 1.0 - confidence)[0] if n > 0 else -1
-
-
-def fail_threshold(n: int, percentile: float, confidence: float) -> int:
-    """The fewest of ``n`` values over a target that show the ``percentile`` over it at
-    ``confidence`` (``n + 1`` when no count of ``n`` could)."""
-    return _thresholds(n, _share_above(percentile), 1.0 - confidence)[1] if n > 0 else 1
-
-
-def min_requests_to_pass(percentile: float, confidence: float) -> int:
-    """The fewest values with which a ``percentile`` can be shown within a target at
-    ``confidence``, all of them within it: ``⌈ln(1 − c) / ln(q)⌉`` (p99 at 95 %: 299)."""
-    share = _share_above(percentile)
-    if share <= 0.0:
-        return 1
-    return math.ceil(math.log(1.0 - confidence) / math.log1p(-share) - 1e-9)
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,8 +300,8 @@ def worth_extending(tails: Mapping[str, TailBound], cap: int, percentile: float,
         share = (tail.exceeding + 0.5) / (tail.n + 1.0)
         allowed = pass_threshold(grown, percentile, confidence) - tail.exceeding
         fail_at = fail_threshold(grown, percentile, confidence) - tail.exceeding
-        p_all_pass *= _binomial_cdf(allowed, more, share)
-        p_any_fail = max(p_any_fail, 1.0 - _binomial_cdf(fail_at - 1, more, share))
+        p_all_pass *= binomial_cdf(allowed, more, share)
+        p_any_fail = max(p_any_fail, 1.0 - binomial_cdf(fail_at - 1, more, share))
     return p_all_pass >= FUTILITY or p_any_fail >= FUTILITY
 
 
@@ -365,20 +313,6 @@ def _requests_of(tails: Mapping[str, TailBound]) -> int:
     """The probe's request count, as its per-request targets saw it."""
     return max((t.n for m, t in tails.items() if m != "itl"), default=0) or \
         max((t.n for t in tails.values()), default=0)
-
-
-def _binomial_cdf(k: int, n: int, p: float) -> float:
-    """P(Bin(n, p) ≤ k)."""
-    if k < 0:
-        return 0.0
-    if k >= n:
-        return 1.0
-    log_p, log_q = math.log(p), math.log1p(-p)
-    total = 0.0
-    for v in range(k + 1):
-        total += math.exp(math.lgamma(n + 1) - math.lgamma(v + 1) - math.lgamma(n - v + 1)
-                          + v * log_p + (n - v) * log_q)
-    return min(1.0, total)
 
 
 def tail_bounds(values: Mapping[SLOMetric, Sequence[float]], slo: SLO,

@@ -18,7 +18,7 @@ Two readers, kept apart on purpose:
   the file named by ``SLOTUNE_SIM_CALIBRATION`` when it is set (the same format as
   ``calibration.json``), else the shipped one. That file is the "real engine" of a
   virtual sweep: a truth the search does not know.
-* the **twin** (``tuner/twin``) takes :func:`shipped_calibration` as its prior and learns
+* the **twin** (``tuner/strategies/twin``) takes :func:`shipped_calibration` as its prior and learns
   the rest from measurements; it never reads the environment's file.
 """
 

@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 
 from workers.sim import tokenizer
 from workers.sim.config import EngineConfig, MemoryPlan, plan_memory, runtime_oom_tokens
-from workers.sim.cost_model import CostModel, StepCost, StepShape, make_cost_model
+from workers.sim.cost_model import CostModel, StepCost, StepShape
+from workers.sim.cost_registry import make_cost_model
 from workers.sim.metrics import EngineStats, Gauges
 from workers.sim.numerics import Divergence, answer_words, divergence
 

@@ -2,14 +2,14 @@
 
 The scheduler describes each step by its :class:`StepShape`; a :class:`CostModel` turns
 that into a :class:`StepCost` with its breakdown. The roofline model is the default; a
-measured model (AIConfigurator's per-op database) can be registered beside it. The
-``slotune sim step-time`` command calls exactly this code path.
+measured model (AIConfigurator's per-op database) is registered beside it
+(:mod:`workers.sim.cost_registry`, which names them). The ``slotune sim step-time``
+command calls exactly this code path.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from workers.sim.calibration import RooflineCalibration, load_calibration
@@ -290,37 +290,3 @@ class RooflineCostModel(CostModel):
             if self._dp_comm_token:
                 comm += self._dp_comm_fixed + group * self._dp_comm_token
         return StepCost(busy + overhead + comm, compute, memory, overhead, comm)
-
-
-CostModelFactory = Callable[[HardwareSetup], CostModel]
-
-def _aiconfigurator(setup: HardwareSetup) -> CostModel:
-    # Imported on use: the package behind it is an optional extra, and heavy.
-    from workers.sim.aiconfigurator_model import AIConfiguratorCostModel
-
-    return AIConfiguratorCostModel(setup)
-
-
-COST_MODELS: dict[str, CostModelFactory] = {
-    "roofline": RooflineCostModel,
-    "aiconfigurator": _aiconfigurator,
-}
-
-
-def make_cost_model(name: str, setup: HardwareSetup,
-                    calibration: RooflineCalibration | None = None) -> CostModel:
-    """Build a registered cost model; an unknown name lists the valid ones.
-
-    ``calibration`` (the roofline's only) replaces the one the engine would load: the
-    twin runs the same simulator with the factors it learned."""
-    try:
-        factory = COST_MODELS[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown cost model {name!r}; valid: {', '.join(sorted(COST_MODELS))}"
-        ) from None
-    if calibration is None:
-        return factory(setup)
-    if name != RooflineCostModel.name:
-        raise ValueError(f"a calibration applies to the roofline cost model, not {name!r}")
-    return RooflineCostModel(setup, calibration)

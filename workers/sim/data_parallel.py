@@ -27,7 +27,8 @@ from dataclasses import replace
 
 from workers.sim.config import EngineConfig, MemoryPlan, plan_memory
 from workers.sim.core import EngineCore, SimRequest, StepResult
-from workers.sim.cost_model import CostModel, StepCost, StepShape, make_cost_model
+from workers.sim.cost_model import CostModel, StepCost, StepShape
+from workers.sim.cost_registry import make_cost_model
 from workers.sim.metrics import EngineStats, Gauges
 
 __all__ = ["DataParallelCore", "make_core"]

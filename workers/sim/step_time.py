@@ -20,14 +20,13 @@ from typing import Any
 from workers.sim.catalog import UnknownCatalogEntry, get_gpu, get_model
 from workers.sim.config import EngineConfigError, check_parallel_layout
 from workers.sim.cost_model import (
-    COST_MODELS,
     KV_BYTES,
     WEIGHT_BYTES,
     HardwareSetup,
     StepShape,
     UnsupportedSetup,
-    make_cost_model,
 )
+from workers.sim.cost_registry import COST_MODELS, make_cost_model
 
 EXIT_BAD_INPUT = 2
 QUANTIZATIONS = tuple(k for k in WEIGHT_BYTES if k != "bf16")

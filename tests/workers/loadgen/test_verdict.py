@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from workers.binomial import fail_threshold, min_requests_to_pass, pass_threshold
 from workers.contracts import SLO
 from workers.loadgen.client import RequestRecord, RequestTimings
 from workers.loadgen.scrape import ScrapeSummary
@@ -14,10 +15,7 @@ from workers.loadgen.verdict import (
     STEADY_TOLERANCE,
     SteadyState,
     TailBound,
-    fail_threshold,
     judge,
-    min_requests_to_pass,
-    pass_threshold,
     pooled,
     steady_state,
     tail_bound,

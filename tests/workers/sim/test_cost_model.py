@@ -11,13 +11,8 @@ import pytest
 
 from workers.sim.calibration import calibrated_gpus, load_calibration
 from workers.sim.catalog import GPUS, get_gpu, get_model
-from workers.sim.cost_model import (
-    COST_MODELS,
-    HardwareSetup,
-    StepShape,
-    UnsupportedSetup,
-    make_cost_model,
-)
+from workers.sim.cost_model import HardwareSetup, StepShape, UnsupportedSetup
+from workers.sim.cost_registry import COST_MODELS, make_cost_model
 from workers.sim.reference import read_reference, reference_setup, reference_shape
 
 REFERENCE = Path(__file__).resolve().parents[3] / "benchmarks" / "data" / "vllm-step-times.csv"

@@ -19,7 +19,8 @@ from workers.sim import model_config
 from workers.sim.calibration import load_calibration
 from workers.sim.catalog import GiB, ModelSpec, UnknownCatalogEntry, get_gpu, get_model
 from workers.sim.config import add_engine_arguments, build_config, config_from_args, plan_memory
-from workers.sim.cost_model import HardwareSetup, RooflineCostModel, StepShape, make_cost_model
+from workers.sim.cost_model import HardwareSetup, RooflineCostModel, StepShape
+from workers.sim.cost_registry import make_cost_model
 from workers.sim.device_file import DeviceFileError
 from workers.sim.model_config import ModelConfigError, model_spec_from_config
 from workers.virtual_trial import run_virtual_trial

@@ -11,7 +11,8 @@ import pytest
 from tests.workers.sim.loads import poisson_load, throughput
 from workers.sim.catalog import get_gpu, get_model
 from workers.sim.config import EngineConfigError, build_config, plan_memory, startup_log_lines
-from workers.sim.cost_model import HardwareSetup, StepShape, make_cost_model
+from workers.sim.cost_model import HardwareSetup, StepShape
+from workers.sim.cost_registry import make_cost_model
 from workers.sim.data_parallel import DataParallelCore, make_core
 from workers.sim.moe import expert_load_imbalance
 from workers.sim.reference import read_reference, reference_setup, reference_shape

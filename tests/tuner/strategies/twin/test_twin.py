@@ -10,12 +10,12 @@ from typing import Any
 import optuna
 import pytest
 
-from tests.tuner.twin.truth import SMALL, TRUTH, small_space, write_truth
+from tests.tuner.strategies.twin.truth import SMALL, TRUTH, small_space, write_truth
 from tuner.spaces import parse_space
 from tuner.strategies import TwinStrategy, make_strategy, params_key
+from tuner.strategies.twin.factors import TwinFactors
+from tuner.strategies.twin.model import Twin
 from tuner.sweep.request import SweepRequest, resolve
-from tuner.twin.factors import TwinFactors
-from tuner.twin.model import Twin
 from workers.contracts import EngineFacts, KnobValue, TrialResult
 from workers.sim.calibration import CALIBRATION_ENV, shipped_calibration
 from workers.virtual_trial import run_virtual_trial

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.tuner.twin.truth import SMALL, TRUTH, small_space, write_truth
+from tests.tuner.strategies.twin.truth import SMALL, TRUTH, small_space, write_truth
 from tuner.db import migrate
 from tuner.db.store import Store
 from tuner.strategies import params_key
+from tuner.strategies.twin.factors import TwinFactors
+from tuner.strategies.twin.model import Twin
 from tuner.sweep.progress import SweepProgress
-from tuner.twin.factors import TwinFactors
-from tuner.twin.model import Twin
 from workers.sim.calibration import CALIBRATION_ENV
 from workers.virtual_trial import run_virtual_trial
 

@@ -7,7 +7,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from tuner.spaces import SearchSpace, parse_space
-from tuner.twin.factors import TwinFactors
+from tuner.strategies.twin.factors import TwinFactors
 from workers.sim.calibration import shipped_calibration
 
 

@@ -1,6 +1,6 @@
 """twin: boot the real engine only where the calibrated simulator cannot rule a config out.
 
-Before each boot the twin (:class:`tuner.twin.model.Twin`) predicts every candidate —
+Before each boot the twin (:class:`tuner.strategies.twin.model.Twin`) predicts every candidate —
 the whole space when it has at most :data:`MAX_CANDIDATES` points, a random sample of
 that many otherwise — including the ones it expects to be refused or not to fit. The
 strategy boots the candidate with the best *optimistic* prediction (prediction × (1 +
@@ -17,8 +17,8 @@ re-predicted; the one about to boot is re-predicted with the full virtual trial,
 prediction is what the report sets against the measurement.
 
 The error band is measured, not assumed: the largest relative error of the twin's last
-three pre-boot predictions (at least :data:`~tuner.twin.model.MIN_BAND`); until three
-measurements exist it is :data:`~tuner.twin.model.PRIOR_BAND`.
+three pre-boot predictions (at least :data:`~tuner.strategies.twin.model.MIN_BAND`); until three
+measurements exist it is :data:`~tuner.strategies.twin.model.PRIOR_BAND`.
 """
 
 from __future__ import annotations
@@ -37,11 +37,8 @@ import optuna
 from tuner.spaces import SearchSpace
 from tuner.strategies._base import Proposal, Strategy, StudySource, params_key
 from tuner.strategies._ranking import NOISE_TOLERANCE
-
-# The module, not its names: tuner.twin.model uses params_key from this package, so
-# either may be imported first.
-from tuner.twin import model as twin_model
-from tuner.twin.factors import TwinFactors
+from tuner.strategies.twin import model as twin_model
+from tuner.strategies.twin.factors import TwinFactors
 from workers.contracts import KnobValue, TrialResult
 
 __all__ = ["MAX_CANDIDATES", "TwinCall", "TwinStrategy"]

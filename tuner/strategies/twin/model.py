@@ -32,7 +32,7 @@ import numpy as np
 from tuner.spaces import SearchSpace
 from tuner.strategies._base import params_key
 from tuner.strategies._ranking import NOISE_TOLERANCE
-from tuner.twin.factors import TwinFactors
+from tuner.strategies.twin.factors import TwinFactors
 from workers.capacity import probe_medians, probe_workload
 from workers.contracts import KnobValue, TrialResult, TrialSpec
 from workers.sim.calibration import RooflineCalibration, shipped_calibration

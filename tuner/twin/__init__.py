@@ -1,1 +1,0 @@
-"""The twin: the simulator, calibrated during the sweep from the real engine's measurements."""
