@@ -66,7 +66,8 @@ CASES: dict[str, TrialSpec] = {
     "errors_over_budget": _spec(prompts=20, workload={
         "dataset": {"kind": "random", "input_len": 5000, "output_len": 16}}),
     # fp8 weights and KV: the golden answers mostly agree with bf16's; 4-bit AWQ's do not.
-    "quality_passes": _spec(knobs={"kv_cache_dtype": "fp8"}, quality=QualityGate(
+    "quality_passes": _spec(knobs={"kv_cache_dtype": "fp8"}, slo=SLO.parse("ttft:1000,tpot:50"),
+                            quality=QualityGate(
         lossy=("quantization=fp8", "kv_cache_dtype=fp8"),
         baseline={"quantization": None, "kv_cache_dtype": "auto"}, golden=GoldenCheck())),
     "quality_fails": _spec(knobs={"quantization": "awq"}, quality=QualityGate(
