@@ -145,7 +145,9 @@ class SteadyState:
     """Requests that arrived in the window per second."""
     completed_rate: float
     """The offered rate less the in-flight count's growth per second: what the engine
-    got through, req/s."""
+    got through, req/s. Never above the offered rate: a queue that shrinks over a short
+    window is the warm-in's backlog draining (or the slope's noise), not an engine
+    serving more than it was sent."""
     queue_growth: float
     """How fast requests in flight grew, req/s (least squares; ~0 at steady state)."""
     waiting_growth: float | None
@@ -220,7 +222,7 @@ def steady_state(records: Sequence[RequestRecord], scrape: ScrapeSummary | None 
     waiting = _gauge_growth(scrape, start, last)
     latency = float(np.median(latencies)) if latencies else 0.0
     se = latency * math.sqrt(12.0 * offered / window**3)
-    return SteadyState(window, offered, offered - growth, growth, waiting, se)
+    return SteadyState(window, offered, offered - max(growth, 0.0), growth, waiting, se)
 
 
 def judging_span_s(records: Sequence[RequestRecord]) -> float:

@@ -155,3 +155,14 @@ def test_an_extension_is_run_only_where_it_could_decide() -> None:
     # 3 of 300 (1 %, on target): 900 requests could neither pass nor fail it
     stuck = {"ttft": tail_bound("ttft", 300.0, _values(300, 3), 99, 0.95)}
     assert not worth_extending(stuck, 900, slo.percentile, 0.95)
+
+
+def test_a_draining_queue_does_not_read_as_more_than_was_offered() -> None:
+    # A backlog at the start (every request of the first second arrives at once) drains
+    # over the window: the in-flight count falls, yet the engine got through no more than
+    # it was sent — the real engine's short probes read 79 req/s completed at 64 offered.
+    records = _run(rate=5.0, n=300, service_rate=10.0, latency=0.2)
+    backlog = [_record(1000 + i, 0.0, 0.2 + 0.5 * i) for i in range(40)]
+    seen = steady_state(records + backlog)
+    assert seen.queue_growth < 0
+    assert seen.completed_rate == pytest.approx(seen.offered_rate)
