@@ -5,7 +5,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from workers.sim.reference import MOE_REFERENCE_CSV, REFERENCE_CSV, ReferenceRow, read_reference
+from slotune.workers.sim.reference import (
+    MOE_REFERENCE_CSV,
+    REFERENCE_CSV,
+    ReferenceRow,
+    read_reference,
+)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 IN_REPO_COPY = REPO_ROOT / "benchmarks" / "data" / REFERENCE_CSV

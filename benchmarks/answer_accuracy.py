@@ -53,12 +53,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import yaml
 
-from tuner.spaces import SearchSpace, load_space
-from workers.capacity import probe_workload
-from workers.contracts import KnobValue, TrialSpec
-from workers.loadgen.scoring import score
-from workers.loadgen.verdict import steady_state
-from workers.virtual_trial import engine_config, measure
+from slotune.tuner.spaces import SearchSpace, load_space
+from slotune.workers.contracts import KnobValue, TrialSpec
+from slotune.workers.loadgen.score.scoring import score
+from slotune.workers.loadgen.score.verdict import steady_state
+from slotune.workers.trial.capacity import probe_workload
+from slotune.workers.trial.virtual import engine_config, measure
 
 REPO = Path(__file__).resolve().parents[1]
 SPACES = ("lab", "h100", "h200-tp", "prefill-bound", "decode-bound", "kv-bound", "moe-h100")
@@ -189,7 +189,7 @@ def sweep(space_name: str, seed: int, env: Mapping[str, str], workdir: Path) -> 
     tree = Path(env.get("SLOTUNE_REPO", REPO))
     space_file = tree / "search_spaces" / f"{space_name}.yaml"
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "tuner.cli", "sweep", "run",
+    subprocess.run([sys.executable, "-m", "slotune.tuner.cli", "sweep", "run",
                     "--space", str(space_file), "--workload", str(wl_file),
                     "--executor", "virtual", "--database-url", f"sqlite:///{db}",
                     "--report-dir", str(workdir / "reports"), "--log-format", "json"],
@@ -211,7 +211,7 @@ def sweep(space_name: str, seed: int, env: Mapping[str, str], workdir: Path) -> 
 
 def optimum(space_name: str, limit: int, truths: Truths) -> float | None:
     """The best truth per GPU over the space's grid (None: the grid is over ``limit``)."""
-    from workers.virtual_trial import run_virtual_trial
+    from slotune.workers.trial.virtual import run_virtual_trial
 
     space = load_space(space_name)
     if not space.is_finite() or space.grid_size() > limit:

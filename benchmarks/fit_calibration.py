@@ -31,11 +31,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _reference import load_rows, reference_csv
 
-from workers.sim.calibration import RooflineCalibration
-from workers.sim.cost_model import HardwareSetup, RooflineCostModel, StepShape
-from workers.sim.reference import ReferenceRow, reference_setup, reference_shape
+from slotune.workers.sim.calibration import RooflineCalibration
+from slotune.workers.sim.cost_model import HardwareSetup, RooflineCostModel, StepShape
+from slotune.workers.sim.reference import ReferenceRow, reference_setup, reference_shape
 
-CALIBRATION_JSON = Path(__file__).resolve().parent.parent / "workers" / "sim" / "calibration.json"
+CALIBRATION_JSON = (Path(__file__).resolve().parent.parent / "slotune" / "workers" / "sim"
+                    / "calibration.json")
 DEFAULT_FROM = "l40s"
 
 BOUNDS: dict[str, tuple[float, float]] = {
@@ -121,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     gpus["default"] = dict(gpus[DEFAULT_FROM])
     document = {
         "_comment": (
-            "Roofline factors per GPU (see workers/sim/calibration.py for their meaning), "
+            "Roofline factors per GPU (see slotune/workers/sim/calibration.py for their meaning), "
             "fitted by benchmarks/fit_calibration.py to the reference step times; "
             "do not edit by hand."
         ),

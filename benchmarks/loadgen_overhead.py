@@ -1,6 +1,6 @@
 """Load generator overhead: how late does the client send, and up to what rate does it keep up?
 
-Starts a zero-cost streaming server (``workers.loadgen.stub_server`` with no delays) in a
+Starts a zero-cost streaming server (``slotune.workers.loadgen.stub_server`` with no delays) in a
 subprocess, then:
 
 1. sends 20 req/s (Poisson) of 128 streamed tokens each and prints the send-lag p99
@@ -22,8 +22,8 @@ import time
 
 import httpx
 
-from workers.contracts import Arrivals, RandomDataset, Workload
-from workers.loadgen.runner import run_benchmark_sync
+from slotune.workers.contracts import Arrivals, RandomDataset, Workload
+from slotune.workers.loadgen.runner import run_benchmark_sync
 
 TARGET_MS = 5.0
 OUTPUT_TOKENS = 128
@@ -37,7 +37,7 @@ def _free_port() -> int:
 
 def _start_server() -> tuple[str, subprocess.Popen[bytes]]:
     port = _free_port()
-    argv = [sys.executable, "-m", "workers.loadgen.stub_server", "--port", str(port),
+    argv = [sys.executable, "-m", "slotune.workers.loadgen.stub_server", "--port", str(port),
             "--ttft-ms", "0", "--itl-ms", "0", "--no-metrics"]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"

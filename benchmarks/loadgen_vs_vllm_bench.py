@@ -72,8 +72,8 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from workers.contracts import SLO, TrialSpec, TrialTimeouts, Workload  # noqa: E402
-from workers.engines import EngineAdapter, EngineFailure, make_engine  # noqa: E402
+from slotune.workers.contracts import SLO, TrialSpec, TrialTimeouts, Workload  # noqa: E402
+from slotune.workers.engines import EngineAdapter, EngineFailure, make_engine  # noqa: E402
 
 DEFAULT_VLLM_BIN = ROOT / ".vllm" / "venv" / "bin" / "vllm"
 DEFAULT_MODEL = ROOT / ".vllm" / "models" / "tiny-llama"
@@ -194,7 +194,8 @@ def _argv(tool: str, args: argparse.Namespace, model: Path, port: int, seed: int
             "--result-filename", result.name]
     if tool == "slotune":
         slotune = Path(sys.executable).parent / "slotune"
-        head = [str(slotune)] if slotune.exists() else [sys.executable, "-m", "tuner.cli.main"]
+        head = ([str(slotune)] if slotune.exists()
+                else [sys.executable, "-m", "slotune.tuner.cli.main"])
         return [*head, "bench", *line, *(["--no-scrape"] if args.no_scrape else [])]
     return [str(args.vllm_bin), "bench", "serve", *line]
 

@@ -1,7 +1,7 @@
 """Search efficiency: GPU-hours each strategy needs to reach 98% of the optimum.
 
 Scenarios are shipped search spaces run on the simulated engine in virtual time
-(``workers.virtual_trial.run_virtual_trial``), in capacity mode: the objective is the
+(``slotune.workers.trial.virtual.run_virtual_trial``), in capacity mode: the objective is the
 highest request rate one replica carries under the SLO. The exhaustive grid over each
 (finite) space is the ground truth. Every evaluation is memoised by its params, so all
 strategies see the same landscape, and the grid is computed once (2 processes).
@@ -45,8 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import optuna
 
-from tuner.spaces import SearchSpace, load_space
-from tuner.strategies import (
+from slotune.tuner.spaces import SearchSpace, load_space
+from slotune.tuner.strategies import (
     DEFAULT_STRATEGY,
     GridStrategy,
     GuidedStrategy,
@@ -56,8 +56,8 @@ from tuner.strategies import (
     TPEStrategy,
     params_key,
 )
-from workers.contracts import KnobValue, TrialResult
-from workers.virtual_trial import run_virtual_trial
+from slotune.workers.contracts import KnobValue, TrialResult
+from slotune.workers.trial.virtual import run_virtual_trial
 
 TARGET_SHARE = 0.98
 TARGET_GRID_FRACTION = 0.25

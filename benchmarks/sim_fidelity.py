@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _reference import MOE_CSV, load_moe_rows, load_rows, reference_csv
 
-from workers.sim.cost_model import UnsupportedSetup
-from workers.sim.cost_registry import make_cost_model
-from workers.sim.reference import ReferenceRow, reference_setup, reference_shape
+from slotune.workers.sim.cost_model import UnsupportedSetup
+from slotune.workers.sim.cost_registry import make_cost_model
+from slotune.workers.sim.reference import ReferenceRow, reference_setup, reference_shape
 
 
 def modelled_ms(row: ReferenceRow, cost_model: str) -> float:

@@ -9,7 +9,7 @@ Two figures per GPU:
 
 1. In process: the time to build the engine (its config and :class:`EngineCore`) and
    what that allocates (tracemalloc's peak).
-2. As a real server (``python -m workers.sim serve``, what a trial boots): its peak RSS
+2. As a real server (``python -m slotune.workers.sim serve``, what a trial boots): its peak RSS
    (``VmHWM``) after start-up and a few streamed requests.
 
 Usage: ``python benchmarks/sim_memory.py [--gpus h100-sxm,h200] [--requests 20]``.
@@ -31,9 +31,9 @@ from pathlib import Path
 
 import httpx
 
-from workers.engines.process import free_port
-from workers.sim.config import build_config
-from workers.sim.core import EngineCore
+from slotune.workers.engines.process import free_port
+from slotune.workers.sim.config import build_config
+from slotune.workers.sim.core import EngineCore
 
 TINY_MODEL = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 8,
               "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 2,
@@ -59,7 +59,7 @@ def server_peak_rss_mb(model_dir: Path, gpu: str, requests: int) -> float:
     log = Path(tempfile.gettempdir()) / f"sim-memory-{port}.log"
     with log.open("w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "workers.sim", "serve", str(model_dir), "--sim-gpu", gpu,
+            [sys.executable, "-m", "slotune.workers.sim", "serve", str(model_dir), "--sim-gpu", gpu,
              "--port", str(port), "--sim-startup-delay", "0"],
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"

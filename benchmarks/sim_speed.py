@@ -26,8 +26,8 @@ from pathlib import Path
 
 import httpx
 
-from workers.sim.config import build_config
-from workers.sim.virtual_time import SimRequestSpec, random_prompt, simulate
+from slotune.workers.sim.config import build_config
+from slotune.workers.sim.virtual_time import SimRequestSpec, random_prompt, simulate
 
 MODEL = "Qwen/Qwen2.5-7B-Instruct"
 GPU = "rtx4090"
@@ -92,7 +92,7 @@ def real_time_lag(n: int, rate: float) -> dict[str, float]:
     log = Path(os.environ.get("TMPDIR", "/tmp")) / f"sim-speed-{port}.log"
     with log.open("w") as log_file:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "workers.sim", "serve", MODEL, "--sim-gpu", GPU,
+            [sys.executable, "-m", "slotune.workers.sim", "serve", MODEL, "--sim-gpu", GPU,
              "--port", str(port), "--sim-startup-delay", "0"],
             stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
     base_url = f"http://127.0.0.1:{port}"

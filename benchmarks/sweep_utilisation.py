@@ -1,11 +1,11 @@
 """Sweep GPU utilisation: of the GPU time a sweep holds, how much is spent measuring?
 
 Runs a real sweep of the simulated engine on a local Ray with two simulated GPUs
-(:class:`~tuner.sweep.executors.RayExecutor`, the coordinator of :mod:`tuner.sweep.coordinator`, a
-temporary SQLite database): the shipped ``lab`` space, its workload shortened to
-``--prompts`` requests at 4 req/s, the engine at ``--time-scale`` 2, ``--trials`` trials,
-no confirmation. Then it reads each trial's stored ``timings`` and splits the GPU time
-the sweep held — its wall time (claim to finish) × GPUs — into:
+(:class:`~slotune.tuner.sweep.executors.RayExecutor`, the coordinator of
+:mod:`slotune.tuner.sweep.coordinator`, a temporary SQLite database): the shipped ``lab`` space, its
+workload shortened to ``--prompts`` requests at 4 req/s, the engine at ``--time-scale`` 2,
+``--trials`` trials, no confirmation. Then it reads each trial's stored ``timings`` and splits the
+GPU time the sweep held — its wall time (claim to finish) × GPUs — into:
 
 * measuring (``warmup_s + measure_s``: the engine serving the workload),
 * booting (``boot_s``: process start until ``/health``),
@@ -44,13 +44,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import optuna
 import yaml
 
-from tuner.db import migrate
-from tuner.db.store import Store
-from tuner.spaces import load_space
-from tuner.sweep.coordinator import Coordinator
-from tuner.sweep.executors import RayExecutor
-from tuner.sweep.request import SweepBudget, SweepRequest, queue_sweep
-from workers.contracts import BOOT_PHASES
+from slotune.tuner.db import migrate
+from slotune.tuner.db.store import Store
+from slotune.tuner.spaces import load_space
+from slotune.tuner.sweep.coordinator import Coordinator
+from slotune.tuner.sweep.executors import RayExecutor
+from slotune.tuner.sweep.request import SweepBudget, SweepRequest, queue_sweep
+from slotune.workers.contracts import BOOT_PHASES
 
 GPUS = 2
 PHASES = ("measuring", "booting", "tearing down", "other in-trial", "idle")

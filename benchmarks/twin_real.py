@@ -7,7 +7,7 @@ interrupted run resumes). That is the ground truth. Then ``twin``, ``guided+tpe`
 ``random`` replay against it: each asks, is told the cached real result, and the
 figure is the number of real boots until the best measured reaches 98% of the grid's
 best. The twin's prior for ``gpu: cpu`` is the simulator's nominal CPU
-(:data:`workers.sim.catalog.CPU`) with the shipped default calibration; it learns the
+(:data:`slotune.workers.sim.catalog.CPU`) with the shipped default calibration; it learns the
 rest from the real probes it is told. Target (issue "the twin"): at most half the boots
 of ``guided+tpe``.
 
@@ -34,9 +34,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import optuna
 import yaml
 
-from tuner.spaces import SearchSpace, load_space
-from tuner.strategies import GuidedTPEStrategy, RandomStrategy, Strategy, TwinStrategy, params_key
-from workers.contracts import TrialResult
+from slotune.tuner.spaces import SearchSpace, load_space
+from slotune.tuner.strategies import (
+    GuidedTPEStrategy,
+    RandomStrategy,
+    Strategy,
+    TwinStrategy,
+    params_key,
+)
+from slotune.workers.contracts import TrialResult
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_SHARE = 0.98

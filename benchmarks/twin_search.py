@@ -47,10 +47,10 @@ from search_efficiency import (  # type: ignore[import-not-found]
     run_strategy,
 )
 
-from tuner.spaces import SearchSpace
-from tuner.strategies import GuidedTPEStrategy, TwinStrategy, params_key
-from tuner.strategies.twin.factors import TwinFactors
-from workers.sim.calibration import CALIBRATION_ENV, shipped_calibration
+from slotune.tuner.spaces import SearchSpace
+from slotune.tuner.strategies import GuidedTPEStrategy, TwinStrategy, params_key
+from slotune.tuner.strategies.twin.factors import TwinFactors
+from slotune.workers.sim.calibration import CALIBRATION_ENV, shipped_calibration
 
 TARGET_SHARE = 0.98
 TARGET_GRID_FRACTION = 0.01

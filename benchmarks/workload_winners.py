@@ -21,9 +21,9 @@ import itertools
 import time
 from typing import Any
 
-from tuner.spaces import load_space
-from workers.loadgen import load_workload
-from workers.virtual_trial import run_virtual_trial
+from slotune.tuner.spaces import load_space
+from slotune.workers.loadgen import load_workload
+from slotune.workers.trial.virtual import run_virtual_trial
 
 GRID: dict[str, list[Any]] = {
     "enable_prefix_caching": [True, False],

@@ -72,8 +72,8 @@ def check_coordinator() -> str | None:
     problem = check_ray_node()
     if problem:
         return problem
-    from tuner.db.store import Store
-    from tuner.settings import get_settings
+    from slotune.tuner.db.store import Store
+    from slotune.tuner.settings import get_settings
 
     try:
         with Store(get_settings().database.url) as store:

@@ -1,7 +1,7 @@
 """Alembic environment for slotune's own tables.
 
 The URL comes, in this order, from ``config.attributes["database_url"]`` (set by
-:mod:`tuner.db.migrate`), ``-x database_url=...``, the ini's ``sqlalchemy.url``, then
+:mod:`slotune.tuner.db.migrate`), ``-x database_url=...``, the ini's ``sqlalchemy.url``, then
 the settings (``DATABASE_URL``). Our revision is kept in ``slotune_alembic_version``:
 Optuna stamps its own schema in the default ``alembic_version`` table of the same
 database, and autogenerate only ever looks at our tables, never at Optuna's.
@@ -14,9 +14,9 @@ from typing import Any
 
 from alembic import context
 
-from tuner.db.models import OUR_TABLES, Base
-from tuner.db.session import make_db_engine
-from tuner.settings import get_settings
+from slotune.tuner.db.models import OUR_TABLES, Base
+from slotune.tuner.db.session import make_db_engine
+from slotune.tuner.settings import get_settings
 
 VERSION_TABLE = "slotune_alembic_version"
 

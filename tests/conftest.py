@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from workers.engines.shared_cache import ENGINE_CACHE_ENV
+from slotune.workers.engines.shared_cache import ENGINE_CACHE_ENV
 
 try:  # pytest ≥ 9.2: structured node ids
     from _pytest.nodeid import NodeId

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from workers.contracts import SLO, TrialSpec, TrialTimeouts, Workload
-from workers.engines import EngineFailure, make_engine
+from slotune.workers.contracts import SLO, TrialSpec, TrialTimeouts, Workload
+from slotune.workers.engines import EngineFailure, make_engine
 
 ROOT = Path(__file__).resolve().parents[1]
 KV_CACHE_BYTES = 256 << 20

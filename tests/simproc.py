@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-from workers.engines.process import free_port
+from slotune.workers.engines.process import free_port
 
 SLOTUNE = str(Path(sys.executable).with_name("slotune"))
 

@@ -38,21 +38,22 @@ import yaml
 from pydantic import SecretStr
 from sqlalchemy import create_engine, inspect, text
 
+from slotune.tuner.api import create_app
+from slotune.tuner.db import migrate
+from slotune.tuner.db.store import Store
+from slotune.tuner.report import ReportPathError, write_report
+from slotune.tuner.settings import ApiSettings, DatabaseSettings, Settings
+from slotune.tuner.spaces import SpaceError, load_space, parse_space
+from slotune.workers.loadgen import WorkloadError, load_workload
+from slotune.workers.safe_yaml import MAX_YAML_BYTES
 from tests.tuner.sweep_data import populate_finished_sweep
-from tuner.api import create_app
-from tuner.db import migrate
-from tuner.db.store import Store
-from tuner.report import ReportPathError, write_report
-from tuner.settings import ApiSettings, DatabaseSettings, Settings
-from tuner.spaces import SpaceError, load_space, parse_space
-from workers.loadgen import WorkloadError, load_workload
-from workers.safe_yaml import MAX_YAML_BYTES
 
 SLOTUNE = str(Path(sys.executable).with_name("slotune"))
 REPO = Path(__file__).resolve().parents[1]
 LAB = yaml.safe_load((REPO / "search_spaces" / "lab.yaml").read_text())
 LAB["workload"] = yaml.safe_load(  # inline, so a test can break one field of it
-    (REPO / "workers" / "loadgen" / "workloads" / f"{LAB['workload']}.yaml").read_text())
+    (REPO / "slotune" / "workers" / "loadgen" / "workloads" / f"{LAB['workload']}.yaml")
+    .read_text())
 TOKEN = "bad-input-test-token-5d1e"
 
 ALIAS_BOMB = """\
@@ -511,7 +512,7 @@ def test_a_good_trace_with_ties_and_a_partial_last_block_is_accepted(
                                   "sessions-without-conversations"])
 async def test_bad_files_in_the_data_directories_are_refused_over_the_api(
         case: str, tmp_path: Path, unchanged_db: str) -> None:
-    from tuner.settings import TrustSettings
+    from slotune.tuner.settings import TrustSettings
 
     _file_workload(tmp_path, case)
     dataset, _, expected = BAD_FILES[case]
@@ -621,7 +622,7 @@ def test_hostile_knob_values_reach_the_engine_as_one_argv_element(tmp_path: Path
 
 
 def test_hostile_values_are_single_argv_elements_for_both_engines(tmp_path: Path) -> None:
-    from workers.engines import make_engine
+    from slotune.workers.engines import make_engine
 
     space = load_space("lab")
     values = {"max_num_seqs": "$(touch /tmp/pwned)", "max_num_batched_tokens": "8; rm -rf /",

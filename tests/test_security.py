@@ -26,10 +26,10 @@ from psycopg import sql
 from pydantic import SecretStr
 from sqlalchemy import create_engine, inspect, text
 
-from tuner.api import create_app
-from tuner.db import migrate
-from tuner.db.store import Store
-from tuner.settings import ApiSettings, DatabaseSettings, Settings
+from slotune.tuner.api import create_app
+from slotune.tuner.db import migrate
+from slotune.tuner.db.store import Store
+from slotune.tuner.settings import ApiSettings, DatabaseSettings, Settings
 
 SLOTUNE = str(Path(sys.executable).with_name("slotune"))
 REPO = Path(__file__).resolve().parents[1]
@@ -87,7 +87,7 @@ SHELL_PATTERNS = re.compile(r"shell\s*=\s*True|os\.system\s*\(|os\.popen\s*\(|"
 
 def test_no_shell_anywhere_in_the_code() -> None:
     """Engines, workers and tools run argv lists: nothing goes through a shell."""
-    files = [p for folder in ("tuner", "workers", "benchmarks", "migrations", "docker")
+    files = [p for folder in ("slotune", "benchmarks", "migrations", "docker")
              for p in (REPO / folder).rglob("*.py")]
     files += [p for p in (REPO / "tests").rglob("*.py") if p.name != "test_security.py"]
     assert len(files) > 50
@@ -271,7 +271,7 @@ def _strings(value: object) -> list[str]:
 
 
 def trusted_settings(url: str, **trust: object) -> Settings:
-    from tuner.settings import TrustSettings
+    from slotune.tuner.settings import TrustSettings
 
     return Settings(database=DatabaseSettings(url=url),
                     api=ApiSettings(token=SecretStr(WRITE_TOKEN)),
@@ -461,8 +461,8 @@ async def test_a_secret_that_reaches_a_record_is_redacted_on_the_way_in(
         any_backend_url: str, tmp_path: Path) -> None:
     """A space stored with a secret engine argument (before spaces refused them) runs; no
     row, no read path and no report shows the secret: records are redacted as written."""
-    from tuner.sweep.request import SweepRequest, resolve
-    from workers.contracts import SLO, TrialResult
+    from slotune.tuner.sweep.request import SweepRequest, resolve
+    from slotune.workers.contracts import SLO, TrialResult
 
     url = any_backend_url
     space = small_space(fixed={"max_model_len": 4096, "api_key": API_KEY},
@@ -516,9 +516,9 @@ async def test_a_secret_that_reaches_a_record_is_redacted_on_the_way_in(
 def test_a_real_api_server_keeps_the_trust_boundary(tmp_path: Path, server_files: Path) -> None:
     """``slotune api`` as deployed: the operator's registry and data directories from its
     environment; a client names them, and reaches nothing else."""
+    from slotune.workers.engines.process import free_port
     from tests.tuner.api.data import TOKEN
     from tests.tuner.api.test_cli_api import _env, _serving
-    from workers.engines.process import free_port
 
     data = tmp_path / "data"
     (data / "traces").mkdir(parents=True)

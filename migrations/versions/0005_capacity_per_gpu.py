@@ -95,7 +95,7 @@ def downgrade() -> None:
 
 def _backfill() -> None:
     """GPUs per replica of the trials stored before this revision: tensor × pipeline
-    parallel size of their configuration (the rule of ``workers.contracts.replica_gpus``,
+    parallel size of their configuration (the rule of ``slotune.workers.contracts.replica_gpus``,
     restated so this revision does not change if that code does)."""
     bind = op.get_bind()
     trials = sa.table("sweep_trials", sa.column("id", sa.Integer),

@@ -4,8 +4,8 @@ Rendered with Helm's own engine for its defaults and the ci/ profiles (a GPU fle
 GPUs, one sweep as a RayJob); every object checked against the Kubernetes API schemas and,
 for RayCluster/RayJob, KubeRay's CRD schemas (tests/deploy/chart.py). The Ray nodes'
 resources are checked against what the coordinator's own code asks a trial to need
-(``workers.ray_worker.trial_resources``), so the chart and the code cannot disagree on a
-resource name; bad values are refused at render time with the value named.
+(``slotune.workers.trial.ray_worker.trial_resources``), so the chart and the code cannot disagree on
+a resource name; bad values are refused at render time with the value named.
 """
 
 from __future__ import annotations
@@ -17,6 +17,9 @@ from typing import Any
 import helm_python
 import pytest
 
+from slotune.tuner.settings import TrustSettings
+from slotune.workers.contracts import SLO, TrialSpec, Workload
+from slotune.workers.trial.ray_worker import GPU_TYPES_ENV, parse_gpu_types, trial_resources
 from tests.deploy.chart import (
     CHART,
     PROFILES,
@@ -30,9 +33,6 @@ from tests.deploy.chart import (
     profile_values,
     render,
 )
-from tuner.settings import TrustSettings
-from workers.contracts import SLO, TrialSpec, Workload
-from workers.ray_worker import GPU_TYPES_ENV, parse_gpu_types, trial_resources
 
 KINDS = {
     "default": {"ConfigMap", "ServiceAccount", "Deployment", "Service", "StatefulSet",
@@ -257,7 +257,7 @@ def test_operator_configuration_reaches_every_slotune_container(
     objects = render(merged(profile_values("gpu"), {"extraEnv": [
         {"name": "SLOTUNE_EXTRA", "value": "1"}]}))
     config = one(objects, "ConfigMap", "slotune-config")["data"]
-    # the names and shapes issue 38's registries read (workers.trust, TrustSettings): a
+    # the names and shapes issue 38's registries read (slotune.workers.trust, TrustSettings): a
     # value the API server would refuse to start with fails here
     assert json.loads(config["SLOTUNE_ENGINE_BINARIES"]) == {"vllm": "/usr/local/bin/vllm"}
     assert json.loads(config["SLOTUNE_QUALITY_COMMANDS"]) == {"golden-mmlu": {

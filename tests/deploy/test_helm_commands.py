@@ -39,6 +39,9 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from slotune.tuner.db.store import Store
+from slotune.tuner.sweep.request import SweepBudget, SweepRequest, queue_sweep
+from slotune.workers.contracts import TrialResult
 from tests.deploy.chart import (
     ROOT,
     Obj,
@@ -51,9 +54,6 @@ from tests.deploy.chart import (
     render,
 )
 from tests.workers.raycluster import LocalRayCluster
-from tuner.db.store import Store
-from tuner.sweep.request import SweepBudget, SweepRequest, queue_sweep
-from workers.contracts import TrialResult
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

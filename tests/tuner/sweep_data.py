@@ -13,12 +13,12 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from tuner.db.store import Store
-from tuner.spaces import load_space
-from tuner.strategies import infeasible_result, params_key, rank
-from workers.contracts import KnobValue, TrialResult
-from workers.engines.sim import SimOptions
-from workers.virtual_trial import run_virtual_trial
+from slotune.tuner.db.store import Store
+from slotune.tuner.spaces import load_space
+from slotune.tuner.strategies import infeasible_result, params_key, rank
+from slotune.workers.contracts import KnobValue, TrialResult
+from slotune.workers.engines.sim import SimOptions
+from slotune.workers.trial.virtual import run_virtual_trial
 
 __all__ = ["LAB_4RPS", "RATE", "WORKLOAD", "SweepData", "populate_finished_sweep"]
 

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from workers.capacity import WARM_STEP
-from workers.contracts import replica_gpus
+from slotune.workers.contracts import replica_gpus
+from slotune.workers.trial.capacity import WARM_STEP
 
 SLOTUNE = str(Path(sys.executable).with_name("slotune"))
 

@@ -2,7 +2,7 @@
 
 A migrated SQLite database is filled through the store with a finished sweep
 (:mod:`tests.tuner.sweep_data`), the API runs as ``uvicorn --factory
-tuner.api.app:create_app`` on a free port, and Chromium loads ``/`` and ``/sweeps/{id}``:
+slotune.tuner.api.app:create_app`` on a free port, and Chromium loads ``/`` and ``/sweeps/{id}``:
 the workload and its best config are shown with the API's own numbers, the charts drew
 their points, the trial table has a row per trial. Screenshots are kept under
 ``tests/artifacts/`` (paths printed).
@@ -35,11 +35,11 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
+from slotune.tuner.db import migrate
+from slotune.tuner.db.store import Store
+from slotune.tuner.sweep.request import SweepBudget, SweepRequest, queue_sweep
+from slotune.workers.contracts import EngineFacts, TrialResult
 from tests.tuner.sweep_data import LAB_4RPS, WORKLOAD, SweepData, populate_finished_sweep
-from tuner.db import migrate
-from tuner.db.store import Store
-from tuner.sweep.request import SweepBudget, SweepRequest, queue_sweep
-from workers.contracts import EngineFacts, TrialResult
 
 pytestmark = pytest.mark.slow
 
@@ -113,7 +113,7 @@ def api_server(url: str, log: Path, env: dict[str, str] | None = None) -> Iterat
     port = _free_port()
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "--factory", "tuner.api.app:create_app",
+            [sys.executable, "-m", "uvicorn", "--factory", "slotune.tuner.api.app:create_app",
              "--host", "127.0.0.1", "--port", str(port)],
             cwd=ROOT, env={**os.environ, "DATABASE_URL": url, **(env or {})}, stdout=out,
             stderr=subprocess.STDOUT)

@@ -11,13 +11,13 @@ from typing import Any
 import httpx
 import pytest
 
+from slotune.tuner.api import create_app
+from slotune.tuner.db.store import Store
+from slotune.tuner.planning.frontier import CSV_FIELDS
+from slotune.workers.contracts import TrialResult
 from tests.tuner.api.conftest import settings_for
 from tests.tuner.db.conftest import postgres_databases  # noqa: F401
 from tests.tuner.test_plan_rescored import slotune, swept  # noqa: F401 - the fixture
-from tuner.api import create_app
-from tuner.db.store import Store
-from tuner.planning.frontier import CSV_FIELDS
-from workers.contracts import TrialResult
 
 pytestmark = pytest.mark.slow
 

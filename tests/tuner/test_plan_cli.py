@@ -1,6 +1,6 @@
 """`slotune plan`: the capacity planner from the command line, on stored measurements.
 
-In-process through ``tuner.cli.main`` (the console script's entry point, exit codes and
+In-process through ``slotune.tuner.cli.main`` (the console script's entry point, exit codes and
 all); ``--json`` is compared with what ``POST /api/v1/capacity`` answers on the same store.
 """
 
@@ -11,6 +11,11 @@ import json
 import httpx
 import pytest
 
+from slotune.tuner.api import create_app
+from slotune.tuner.cli.main import main
+from slotune.tuner.db.store import Store
+from slotune.tuner.settings import get_settings
+from slotune.workers.contracts import SLO, Workload
 from tests.tuner.api.conftest import settings_for
 from tests.tuner.api.data import measure
 from tests.tuner.db.conftest import (  # noqa: F401 - fixtures are found by name
@@ -20,11 +25,6 @@ from tests.tuner.db.conftest import (  # noqa: F401 - fixtures are found by name
     postgres_databases,
     store,
 )
-from tuner.api import create_app
-from tuner.cli.main import main
-from tuner.db.store import Store
-from tuner.settings import get_settings
-from workers.contracts import SLO, Workload
 
 QWEN = "Qwen/Qwen2.5-7B-Instruct"
 pytestmark = pytest.mark.parametrize("backend", ["postgres"], indirect=True)

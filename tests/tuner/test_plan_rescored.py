@@ -18,16 +18,16 @@ from typing import Any
 import httpx
 import pytest
 
+from slotune.tuner.api import create_app
+from slotune.tuner.db import migrate
+from slotune.tuner.db.store import Store, slo_key
+from slotune.tuner.planning.frontier import build_frontier
+from slotune.tuner.planning.planner import plan_capacity
+from slotune.tuner.planning.rescore import probe_verdict
+from slotune.workers.contracts import SLO, CapacityProbe, TrialResult, TrialSpec, Workload
 from tests.tuner.api.conftest import settings_for
 from tests.tuner.db.conftest import PostgresDatabases, postgres_databases  # noqa: F401
 from tests.tuner.test_rescore import probe
-from tuner.api import create_app
-from tuner.db import migrate
-from tuner.db.store import Store, slo_key
-from tuner.planning.frontier import build_frontier
-from tuner.planning.planner import plan_capacity
-from tuner.planning.rescore import probe_verdict
-from workers.contracts import SLO, CapacityProbe, TrialResult, TrialSpec, Workload
 
 SLOTUNE = str(Path(sys.executable).with_name("slotune"))
 NEW_SLO = "ttft:500,tpot:30"

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from slotune.tuner.db.store import Store
+from slotune.tuner.planning.planner import plan_capacity
+from slotune.tuner.settings import DEFAULT_GPU_PRICES, PlannerSettings, Settings, get_settings
+from slotune.workers.contracts import SLO, TrialSpec, Workload
 from tests.tuner.api.data import measure, result
 from tests.tuner.db.conftest import (  # noqa: F401 - fixtures are found by name
     backend,
@@ -12,10 +16,6 @@ from tests.tuner.db.conftest import (  # noqa: F401 - fixtures are found by name
     postgres_databases,
     store,
 )
-from tuner.db.store import Store
-from tuner.planning.planner import plan_capacity
-from tuner.settings import DEFAULT_GPU_PRICES, PlannerSettings, Settings, get_settings
-from workers.contracts import SLO, TrialSpec, Workload
 
 
 @pytest.fixture(autouse=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tuner.sweep.progress import SweepProgress
+from slotune.tuner.sweep.progress import SweepProgress
 
 
 def test_a_queued_sweep_has_empty_progress() -> None:

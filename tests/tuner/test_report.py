@@ -17,11 +17,10 @@ from typing import Any
 
 import pytest
 
-from tests.tuner.sweep_data import RATE, SweepData, populate_finished_sweep
-from tuner.db import migrate
-from tuner.db.records import SweepRecord, TrialRecord
-from tuner.db.store import Store
-from tuner.report import (
+from slotune.tuner.db import migrate
+from slotune.tuner.db.records import SweepRecord, TrialRecord
+from slotune.tuner.db.store import Store
+from slotune.tuner.report import (
     Chart,
     RefLine,
     Series,
@@ -33,10 +32,18 @@ from tuner.report import (
     render_report,
     write_report,
 )
-from tuner.report._render import render_html, render_markdown
-from tuner.report._svg import HEIGHT, MARGIN_BOTTOM, MARGIN_LEFT, MARGIN_RIGHT, MARGIN_TOP, WIDTH
-from tuner.spaces import load_space
-from workers.contracts import PhaseTimings, TrialResult
+from slotune.tuner.report._render import render_html, render_markdown
+from slotune.tuner.report._svg import (
+    HEIGHT,
+    MARGIN_BOTTOM,
+    MARGIN_LEFT,
+    MARGIN_RIGHT,
+    MARGIN_TOP,
+    WIDTH,
+)
+from slotune.tuner.spaces import load_space
+from slotune.workers.contracts import PhaseTimings, TrialResult
+from tests.tuner.sweep_data import RATE, SweepData, populate_finished_sweep
 
 # --- the SVG chart module -------------------------------------------------------------------
 
@@ -231,8 +238,8 @@ def test_a_knob_wall_lists_its_knobs_and_a_failed_search_says_so() -> None:
 
 
 def test_confirmation_repeats_kept_by_the_coordinator_count_for_the_winner() -> None:
-    from tuner.report._analysis import TrialPoint, _confidence
-    from tuner.sweep.progress import SweepProgress
+    from slotune.tuner.report._analysis import TrialPoint, _confidence
+    from slotune.tuner.sweep.progress import SweepProgress
 
     winner = TrialPoint(id=7, sweep_id=1, number=3, attempt=1, status="ok",
                         failure_class=None, params={"max_num_seqs": 64}, config={},
@@ -326,7 +333,7 @@ def test_names_in_the_markdown_report_are_text_and_its_command_lines_are_quoted(
     ``slotune frontier -w NAME`` line was not shell-quoted."""
     import shlex
 
-    from tuner.planning.frontier import CapacityGrid, Frontier
+    from slotune.tuner.planning.frontier import CapacityGrid, Frontier
 
     sweep = _sweep("capacity").model_copy(update={
         "name": "night\n<script>alert(3)</script>", "workload": HOSTILE})

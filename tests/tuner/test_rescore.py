@@ -1,4 +1,5 @@
-"""Any SLO from stored probes (tuner.planning.rescore): verdicts, capacity, bracket, confidence.
+"""Any SLO from stored probes (slotune.tuner.planning.rescore): verdicts, capacity, bracket,
+confidence.
 
 The probes are written by hand here (their percentiles as a probe would store them), so
 each rule can be tried where it decides; the end-to-end path (a real sweep's probes, the
@@ -11,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from tuner.planning.rescore import combine, probe_verdict, trial_capacity
-from workers.contracts import SLO, CapacityProbe, TrialResult
+from slotune.tuner.planning.rescore import combine, probe_verdict, trial_capacity
+from slotune.workers.contracts import SLO, CapacityProbe, TrialResult
 
 OWN = SLO(ttft=300, tpot=50)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tuner.spaces import (
+from slotune.tuner.spaces import (
     BUILTIN_RULES,
     KNOB_TYPES,
     Rule,
@@ -17,11 +17,11 @@ from tuner.spaces import (
     load_space,
     parse_space,
 )
-from tuner.sweep.request import stored_space
-from workers.engines.sim import SimOptions
-from workers.engines.vllm import VllmOptions
-from workers.loadgen.workload_files import load_workload
-from workers.virtual_trial import run_virtual_trial
+from slotune.tuner.sweep.request import stored_space
+from slotune.workers.engines.sim import SimOptions
+from slotune.workers.engines.vllm import VllmOptions
+from slotune.workers.loadgen.generate.workload_files import load_workload
+from slotune.workers.trial.virtual import run_virtual_trial
 
 SHIPPED = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "search_spaces").glob(
     "*.yaml"))

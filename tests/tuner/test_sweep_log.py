@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from tuner.sweep.log import SweepLog, config_delta
-from tuner.sweep.progress import SweepProgress
-from workers.contracts import TrialResult
+from slotune.tuner.sweep.log import SweepLog, config_delta
+from slotune.tuner.sweep.progress import SweepProgress
+from slotune.workers.contracts import TrialResult
 
 SLOTUNE = str(Path(sys.executable).with_name("slotune"))
 

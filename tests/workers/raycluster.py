@@ -8,7 +8,7 @@ short-lived. Production nodes use token mode (see ``docker-compose.yml``).
 
 Each node is its own ``ray start`` with its own temp dir; all bind 127.0.0.1. GPUs are
 fake (``--num-gpus``) and typed with ``gpu_type:*`` resources, the cluster convention of
-:mod:`workers.ray_worker`. :meth:`LocalRayCluster.stop` ends every
+:mod:`slotune.workers.trial.ray_worker`. :meth:`LocalRayCluster.stop` ends every
 node it started, by process id: each ``ray start --block`` leads its own process group,
 and any straggler whose command line names one of our temp dirs is ended too. (``ray
 stop`` is not used: it ends every Ray process on the machine, other people's included.)
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workers.engines.process import free_port
+from slotune.workers.engines.process import free_port
 
 RAY = str(Path(sys.executable).with_name("ray"))
 

@@ -14,9 +14,12 @@ from typing import Any
 import pytest
 import yaml
 
-from tuner.spaces import SpaceError, load_space, parse_space
-from tuner.sweep.request import SweepRequest, resolve
-from workers.capacity import (
+from slotune.tuner.spaces import SpaceError, load_space, parse_space
+from slotune.tuner.sweep.request import SweepRequest, resolve
+from slotune.workers.contracts import CapacitySearch, ProbeVerdict, TrialSpec
+from slotune.workers.loadgen.generate.datasets import relabel, sample_requests
+from slotune.workers.loadgen.generate.workload_files import load_workload
+from slotune.workers.trial.capacity import (
     CapacityInterval,
     capacity_search,
     confirm_search,
@@ -26,10 +29,7 @@ from workers.capacity import (
     probe_workload,
     warm_search,
 )
-from workers.contracts import CapacitySearch, ProbeVerdict, TrialSpec
-from workers.loadgen.datasets import relabel, sample_requests
-from workers.loadgen.workload_files import load_workload
-from workers.virtual_trial import VirtualBackend, run_virtual_trial
+from slotune.workers.trial.virtual import VirtualBackend, run_virtual_trial
 
 Oracle = Callable[[float], ProbeVerdict]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from workers.contracts import (
+from slotune.workers.contracts import (
     SLO,
     Arrivals,
     RandomDataset,
@@ -20,8 +20,8 @@ from workers.contracts import (
     options_for,
     replica_gpus,
 )
-from workers.engines.sim import SimEngine, SimOptions
-from workers.engines.vllm import VllmOptions
+from slotune.workers.engines.sim import SimEngine, SimOptions
+from slotune.workers.engines.vllm import VllmOptions
 
 
 def test_slo_parse_forms() -> None:

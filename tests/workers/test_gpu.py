@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workers.gpu import GPUProbe
+from slotune.workers.gpu import GPUProbe
 
 PROBE = GPUProbe()
 

@@ -1,4 +1,5 @@
-"""Cluster-mode rules of workers.ray_worker, without Ray: GPU-type resources, log excerpts."""
+"""Cluster-mode rules of slotune.workers.trial.ray_worker, without Ray: GPU-type resources, log
+excerpts."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from typing import Any
 import pytest
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from workers.contracts import SLO, TrialSpec, Workload
-from workers.ray_worker import (
+from slotune.workers.contracts import SLO, TrialSpec, Workload
+from slotune.workers.trial.ray_worker import (
     GPU_TYPES_ENV,
     gpu_type_resource,
     log_excerpt,

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from workers.capacity import probe_workload
-from workers.contracts import SLO, CapacitySearch, MooncakeTraceDataset, TrialSpec, Workload
-from workers.loadgen.arrivals import arrival_offsets
-from workers.loadgen.datasets import sample_requests
-from workers.loadgen.workload_files import load_workload
-from workers.virtual_trial import engine_config, measure, run_virtual_trial
+from slotune.workers.contracts import SLO, CapacitySearch, MooncakeTraceDataset, TrialSpec, Workload
+from slotune.workers.loadgen.generate.arrivals import arrival_offsets
+from slotune.workers.loadgen.generate.datasets import sample_requests
+from slotune.workers.loadgen.generate.workload_files import load_workload
+from slotune.workers.trial.capacity import probe_workload
+from slotune.workers.trial.virtual import engine_config, measure, run_virtual_trial
 
 MODEL = "Qwen/Qwen2.5-7B-Instruct"
 HITS = "vllm:prefix_cache_hits_total"

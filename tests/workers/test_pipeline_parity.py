@@ -14,9 +14,8 @@ from typing import Any
 
 import pytest
 
-from tests.procscan import engine_pids
-from tuner.sweep.launcher import retry_as
-from workers.contracts import (
+from slotune.tuner.sweep.launcher import retry_as
+from slotune.workers.contracts import (
     SLO,
     CapacitySearch,
     GoldenCheck,
@@ -24,11 +23,12 @@ from workers.contracts import (
     TrialResult,
     TrialSpec,
 )
-from workers.engines.sim import SimOptions
-from workers.loadgen import load_workload
-from workers.loadgen.result import slotune_fields
-from workers.trial import run_trial
-from workers.virtual_trial import run_virtual_trial
+from slotune.workers.engines.sim import SimOptions
+from slotune.workers.loadgen import load_workload
+from slotune.workers.loadgen.result import slotune_fields
+from slotune.workers.trial.live import run_trial
+from slotune.workers.trial.virtual import run_virtual_trial
+from tests.procscan import engine_pids
 
 QWEN7B = "Qwen/Qwen2.5-7B-Instruct"
 QWEN_MOE = "Qwen/Qwen3-30B-A3B"

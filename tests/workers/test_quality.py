@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.procscan import engine_pids
-from workers.contracts import (
+from slotune.workers.contracts import (
     SLO,
     CommandCheck,
     GoldenCheck,
@@ -23,12 +22,13 @@ from workers.contracts import (
     TrialSpec,
     Workload,
 )
-from workers.engines.sim import SimOptions
-from workers.quality import QualityUnavailable, agreement, run_command
-from workers.sim.numerics import FLIP_RATES, flip_rate
-from workers.sim.tokenizer import encode
-from workers.trial import run_trial
-from workers.virtual_trial import engine_config, golden_answers, run_virtual_trial
+from slotune.workers.engines.sim import SimOptions
+from slotune.workers.sim.numerics import FLIP_RATES, flip_rate
+from slotune.workers.sim.tokenizer import encode
+from slotune.workers.trial.live import run_trial
+from slotune.workers.trial.quality import QualityUnavailable, agreement, run_command
+from slotune.workers.trial.virtual import engine_config, golden_answers, run_virtual_trial
+from tests.procscan import engine_pids
 
 QWEN7B = "Qwen/Qwen2.5-7B-Instruct"
 

@@ -21,15 +21,13 @@ import pytest
 import ray
 import yaml
 
-from tests.procscan import engine_pids
-from tests.workers.raycluster import LocalRayCluster, joined_cluster
-from tuner.db.store import Store
-from tuner.sweep.executors import MAX_NODE_GPUS_ENV, RayExecutor
-from tuner.sweep.request import SweepBudget, SweepRequest, queue_sweep
-from workers.contracts import SLO, TrialResult, TrialSpec
-from workers.engines.sim import SimOptions
-from workers.loadgen import load_workload
-from workers.ray_worker import (
+from slotune.tuner.db.store import Store
+from slotune.tuner.sweep.executors import MAX_NODE_GPUS_ENV, RayExecutor
+from slotune.tuner.sweep.request import SweepBudget, SweepRequest, queue_sweep
+from slotune.workers.contracts import SLO, TrialResult, TrialSpec
+from slotune.workers.engines.sim import SimOptions
+from slotune.workers.loadgen import load_workload
+from slotune.workers.trial.ray_worker import (
     GPU_TYPE_PREFIX,
     LOG_EXCERPT_BYTES,
     collect_trial,
@@ -37,6 +35,8 @@ from workers.ray_worker import (
     submit_trial,
     trial_options,
 )
+from tests.procscan import engine_pids
+from tests.workers.raycluster import LocalRayCluster, joined_cluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 

@@ -2,8 +2,8 @@
 
 A real two-node Ray cluster, one fake RTX 4090 per node (typed, so the ``gpu_type:*``
 request stays part of every trial's options), and the coordinator's own
-:class:`~tuner.sweep.executors.RayExecutor` submitting simulated trials: short ones, and long
-ones that hold a node's GPU while another trial is placed.
+:class:`~slotune.tuner.sweep.executors.RayExecutor` submitting simulated trials: short ones, and
+long ones that hold a node's GPU while another trial is placed.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from collections.abc import Iterator
 
 import pytest
 
+from slotune.tuner.sweep.executors import RayExecutor
+from slotune.workers.contracts import SLO, TrialResult, TrialSpec
+from slotune.workers.engines.sim import SimOptions
+from slotune.workers.loadgen import load_workload
 from tests.procscan import engine_pids
 from tests.workers.raycluster import LocalRayCluster, joined_cluster
-from tuner.sweep.executors import RayExecutor
-from workers.contracts import SLO, TrialResult, TrialSpec
-from workers.engines.sim import SimOptions
-from workers.loadgen import load_workload
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 

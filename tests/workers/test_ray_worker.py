@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import ray
 
+from slotune.workers.contracts import SLO, TrialSpec
+from slotune.workers.engines.sim import SimOptions
+from slotune.workers.loadgen import load_workload
+from slotune.workers.trial.ray_worker import collect_trial, submit_trial
 from tests.procscan import engine_pids
-from workers.contracts import SLO, TrialSpec
-from workers.engines.sim import SimOptions
-from workers.loadgen import load_workload
-from workers.ray_worker import collect_trial, submit_trial
 
 pytestmark = pytest.mark.slow
 

@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 
+from slotune.workers.contracts import SLO, CapacitySearch, TrialResult, TrialSpec
+from slotune.workers.engines.sim import SimOptions
+from slotune.workers.loadgen import load_workload
+from slotune.workers.trial.live import run_trial, run_trial_async
+from slotune.workers.trial.virtual import run_virtual_trial
 from tests.procscan import engine_pids
-from workers.contracts import SLO, CapacitySearch, TrialResult, TrialSpec
-from workers.engines.sim import SimOptions
-from workers.loadgen import load_workload
-from workers.trial import run_trial, run_trial_async
-from workers.virtual_trial import run_virtual_trial
 
 pytestmark = pytest.mark.slow
 

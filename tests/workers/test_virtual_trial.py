@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from workers.contracts import BOOT_PHASES, SLO, CapacityProbe, TrialSpec, Workload
-from workers.engines import EngineFailure
-from workers.loadgen.datasets import sample_requests
-from workers.loadgen.workload_files import load_workload
-from workers.sim.config import PROFILE_SECONDS
-from workers.virtual_trial import PROCESS_START_S, VirtualBackend, run_virtual_trial
+from slotune.workers.contracts import BOOT_PHASES, SLO, CapacityProbe, TrialSpec, Workload
+from slotune.workers.engines import EngineFailure
+from slotune.workers.loadgen.generate.datasets import sample_requests
+from slotune.workers.loadgen.generate.workload_files import load_workload
+from slotune.workers.sim.config import PROFILE_SECONDS
+from slotune.workers.trial.virtual import PROCESS_START_S, VirtualBackend, run_virtual_trial
 
 MODEL = "Qwen/Qwen2.5-7B-Instruct"
 SLO_ = SLO(ttft=300, tpot=50)

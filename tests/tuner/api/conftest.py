@@ -16,14 +16,14 @@ from fastapi import FastAPI
 from pydantic import SecretStr
 from sqlalchemy import delete
 
+from slotune.tuner.api import create_app
+from slotune.tuner.db import migrate
+from slotune.tuner.db.models import ExperimentCardRow, Sweep, SweepTrial, WorkloadRow
+from slotune.tuner.db.session import make_db_engine
+from slotune.tuner.db.store import Store
+from slotune.tuner.settings import ApiSettings, DatabaseSettings, Settings
 from tests.tuner.api.data import TOKEN
 from tests.tuner.db.conftest import ADMIN_URL, PostgresDatabases
-from tuner.api import create_app
-from tuner.db import migrate
-from tuner.db.models import ExperimentCardRow, Sweep, SweepTrial, WorkloadRow
-from tuner.db.session import make_db_engine
-from tuner.db.store import Store
-from tuner.settings import ApiSettings, DatabaseSettings, Settings
 
 ClientFactory = Callable[..., AbstractAsyncContextManager[httpx.AsyncClient]]
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import httpx
 
+from slotune.tuner.db.store import Store
+from slotune.workers.contracts import CapacityProbe, PhaseTimings, TrialResult
 from tests.tuner.sweep_data import LAB_4RPS
-from tuner.db.store import Store
-from workers.contracts import CapacityProbe, PhaseTimings, TrialResult
 
 TOKEN = "write-token-for-tests-7f3a"
 READ_TOKEN = "read-token-for-tests-91c2"

@@ -6,10 +6,10 @@ import logging
 
 import pytest
 
+from slotune.tuner.api import create_app
+from slotune.tuner.db.store import Store
 from tests.tuner.api.conftest import ClientFactory, settings_for
 from tests.tuner.api.data import READ_TOKEN, TOKEN, WRITE
-from tuner.api import create_app
-from tuner.db.store import Store
 
 BODY = {"budget": {"max_trials": 4}}
 

@@ -8,12 +8,12 @@ from typing import Any
 import httpx
 import pytest
 
+from slotune.tuner.db.store import Store
+from slotune.tuner.planning.planner import replicas_for
+from slotune.tuner.settings import DEFAULT_GPU_PRICES
+from slotune.workers.contracts import SLO, EngineFacts, ObjectiveMode, Workload
 from tests.tuner.api.conftest import ClientFactory
 from tests.tuner.api.data import measure, queue, result
-from tuner.db.store import Store
-from tuner.planning.planner import replicas_for
-from tuner.settings import DEFAULT_GPU_PRICES
-from workers.contracts import SLO, EngineFacts, ObjectiveMode, Workload
 
 SLO_KEY = '{"percentile":99.0,"tpot":50.0,"ttft":300.0}'
 TP2 = {"max_num_seqs": 128, "max_num_batched_tokens": 4096, "tensor_parallel_size": 2}

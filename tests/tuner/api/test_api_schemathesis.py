@@ -16,11 +16,11 @@ from hypothesis.errors import Unsatisfiable
 from schemathesis.checks import not_a_server_error, response_schema_conformance
 from schemathesis.core.result import Ok
 
+from slotune.tuner.api import create_app
+from slotune.tuner.db.store import Store
+from slotune.tuner.sweep.request import SweepRequest, queue_sweep
 from tests.tuner.api.conftest import settings_for
 from tests.tuner.api.data import WRITE, measure
-from tuner.api import create_app
-from tuner.db.store import Store
-from tuner.sweep.request import SweepRequest, queue_sweep
 
 # Both kinds of input: valid per the schema (must succeed or be refused with a documented
 # 4xx), and invalid (must be refused, never crash).

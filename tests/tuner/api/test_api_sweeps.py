@@ -7,12 +7,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from slotune.tuner.api.routes import dashboard
+from slotune.tuner.db.store import Store
+from slotune.workers.contracts import SLO, TrialSpec, Workload
 from tests.tuner.api.conftest import ClientFactory
 from tests.tuner.api.data import WRITE, measure, queue, result
 from tests.tuner.sweep.test_coordinator import TP_SPACE
-from tuner.api.routes import dashboard
-from tuner.db.store import Store
-from workers.contracts import SLO, TrialSpec, Workload
 
 
 @pytest.mark.parametrize("backend", ["postgres", "sqlite"], indirect=True)

@@ -1,4 +1,4 @@
-"""``slotune api`` and ``uvicorn --factory tuner.api.app:create_app`` as real processes."""
+"""``slotune api`` and ``uvicorn --factory slotune.tuner.api.app:create_app`` as real processes."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from slotune.tuner.api import create_app
+from slotune.tuner.db import migrate
+from slotune.workers.engines.process import free_port
 from tests.tuner.api.conftest import settings_for
 from tests.tuner.api.data import TOKEN
 from tests.tuner.db.conftest import PostgresDatabases
-from tuner.api import create_app
-from tuner.db import migrate
-from workers.engines.process import free_port
 
 SLOTUNE = Path(sys.executable).parent / "slotune"
 
@@ -76,7 +76,7 @@ def test_uvicorn_factory_reads_database_url(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'slotune.db'}"
     migrate.upgrade(url)
     port = free_port()
-    argv = [sys.executable, "-m", "uvicorn", "--factory", "tuner.api.app:create_app",
+    argv = [sys.executable, "-m", "uvicorn", "--factory", "slotune.tuner.api.app:create_app",
             "--port", str(port)]
     with _serving(argv, _env(DATABASE_URL=url), port) as client:
         assert client.get("/api/v1/health").status_code == 200
@@ -118,7 +118,7 @@ def test_the_access_log_never_prints_a_token_from_a_query_string(
     port = free_port()
     argv = ([str(SLOTUNE), "api", "--port", str(port), "--database-url", url]
             if runner == "slotune api" else
-            [sys.executable, "-m", "uvicorn", "--factory", "tuner.api.app:create_app",
+            [sys.executable, "-m", "uvicorn", "--factory", "slotune.tuner.api.app:create_app",
              "--port", str(port)])
     leaked = "sk-leaked-in-a-url-0123"
     process = subprocess.Popen(argv, env=_env(DATABASE_URL=url), stdout=subprocess.PIPE,

@@ -23,10 +23,10 @@ import pytest
 from psycopg import sql
 from sqlalchemy import delete
 
-from tuner.db import migrate
-from tuner.db.models import ExperimentCardRow, Sweep, SweepTrial, WorkloadRow
-from tuner.db.session import make_db_engine
-from tuner.db.store import Store
+from slotune.tuner.db import migrate
+from slotune.tuner.db.models import ExperimentCardRow, Sweep, SweepTrial, WorkloadRow
+from slotune.tuner.db.session import make_db_engine
+from slotune.tuner.db.store import Store
 
 ADMIN_URL = os.environ.get("SLOTUNE_TEST_POSTGRES_URL",
                            "postgresql://postgres@127.0.0.1:5432/postgres")

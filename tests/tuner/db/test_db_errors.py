@@ -10,8 +10,8 @@ import pytest
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.exc import SQLAlchemyError
 
-from tuner.db.errors import StorageUnavailable, describe, translate
-from tuner.db.store import Store
+from slotune.tuner.db.errors import StorageUnavailable, describe, translate
+from slotune.tuner.db.store import Store
 
 
 def _full_sqlite_error(tmp_path: Path) -> SQLAlchemyError:

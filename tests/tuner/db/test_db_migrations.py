@@ -14,14 +14,14 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
 
-from tuner.db import migrate
-from tuner.db.errors import MigrationError, StorageUnavailable
-from tuner.db.models import BEST_CONFIG_VIEW, OUR_TABLES, Base
-from tuner.db.optuna_storage import create_or_load_study, optuna_storage
-from tuner.db.session import make_db_engine
-from tuner.db.store import Store
-from tuner.sweep.request import SweepBudget, SweepRequest, queue_sweep
-from workers.contracts import SLO, EngineFacts, TrialResult, TrialSpec, Workload
+from slotune.tuner.db import migrate
+from slotune.tuner.db.errors import MigrationError, StorageUnavailable
+from slotune.tuner.db.models import BEST_CONFIG_VIEW, OUR_TABLES, Base
+from slotune.tuner.db.optuna_storage import create_or_load_study, optuna_storage
+from slotune.tuner.db.session import make_db_engine
+from slotune.tuner.db.store import Store
+from slotune.tuner.sweep.request import SweepBudget, SweepRequest, queue_sweep
+from slotune.workers.contracts import SLO, EngineFacts, TrialResult, TrialSpec, Workload
 
 OURS = {*OUR_TABLES, migrate.VERSION_TABLE}
 

@@ -11,11 +11,11 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from slotune.tuner.db.errors import StorageUnavailable
+from slotune.tuner.db.optuna_storage import create_or_load_study, optuna_storage, optuna_url
+from slotune.tuner.db.store import Store, study_name_for
+from slotune.workers.contracts import SLO, Workload
 from tests.tuner.db.conftest import PostgresDatabases
-from tuner.db.errors import StorageUnavailable
-from tuner.db.optuna_storage import create_or_load_study, optuna_storage, optuna_url
-from tuner.db.store import Store, study_name_for
-from workers.contracts import SLO, Workload
 
 
 def test_sweep_study_is_listed_by_optuna_api_and_cli(

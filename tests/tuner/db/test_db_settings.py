@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tuner.settings import (
+from slotune.tuner.settings import (
     MissingSecret,
     Settings,
     get_settings,

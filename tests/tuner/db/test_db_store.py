@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from tuner.db.records import ExecutorChoice
-from tuner.db.store import (
+from slotune.tuner.db.records import ExecutorChoice
+from slotune.tuner.db.store import (
     Conflict,
     LeaseLost,
     NotFound,
@@ -22,7 +22,7 @@ from tuner.db.store import (
     Store,
     SweepRecord,
 )
-from workers.contracts import SLO, EngineFacts, TrialResult, TrialSpec, Workload
+from slotune.workers.contracts import SLO, EngineFacts, TrialResult, TrialSpec, Workload
 
 SLO_A = SLO(ttft=300, tpot=50)
 SLO_B = SLO(ttft=1000, tpot=100)
@@ -558,7 +558,7 @@ def test_repeat_and_baseline_rows_are_checked_and_never_orphans(store: Store) ->
 
 FAST_CLOCK_CLAIM = """
 import sys
-from tuner.db.store import Store
+from slotune.tuner.db.store import Store
 with Store(sys.argv[1]) as store:
     got = store.claim_next_sweep("coord-fast-clock", stale_after_s=60)
     print("none" if got is None else got.id)

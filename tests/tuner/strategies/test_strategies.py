@@ -9,8 +9,8 @@ from typing import Any
 import optuna
 import pytest
 
-from tuner.spaces import parse_space
-from tuner.strategies import (
+from slotune.tuner.spaces import parse_space
+from slotune.tuner.strategies import (
     DUPLICATE_ATTR,
     STRATEGIES,
     GridStrategy,
@@ -21,7 +21,7 @@ from tuner.strategies import (
     params_key,
     rank,
 )
-from workers.contracts import TrialResult
+from slotune.workers.contracts import TrialResult
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

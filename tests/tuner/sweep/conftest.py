@@ -7,6 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from slotune.tuner.db import migrate
+from slotune.tuner.db.store import Store
 from tests.tuner.db.conftest import (  # noqa: F401 - fixtures are found by name
     PostgresDatabases,
     backend,
@@ -16,8 +18,6 @@ from tests.tuner.db.conftest import (  # noqa: F401 - fixtures are found by name
     store,
     venv_script,
 )
-from tuner.db import migrate
-from tuner.db.store import Store
 
 
 @pytest.fixture

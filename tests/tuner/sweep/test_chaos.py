@@ -31,14 +31,14 @@ from pathlib import Path
 import optuna
 import pytest
 
+from slotune.tuner.db import migrate
+from slotune.tuner.db.optuna_storage import optuna_storage
+from slotune.tuner.db.records import ExecutorChoice
+from slotune.tuner.db.store import Store, TrialRecord
+from slotune.tuner.strategies import params_key
+from slotune.tuner.sweep.request import SweepBudget, SweepRequest, queue_sweep
 from tests.polling import wait_for
 from tests.tuner.sweep_data import LAB_4RPS
-from tuner.db import migrate
-from tuner.db.optuna_storage import optuna_storage
-from tuner.db.records import ExecutorChoice
-from tuner.db.store import Store, TrialRecord
-from tuner.strategies import params_key
-from tuner.sweep.request import SweepBudget, SweepRequest, queue_sweep
 
 pytestmark = [pytest.mark.slow, pytest.mark.chaos]
 
@@ -343,7 +343,7 @@ def test_a_dead_owners_sweep_is_taken_over_by_a_serving_coordinator_after_the_wi
     """``kill -9`` of a foreground sweep; a serving coordinator started after it watches
     the heartbeat stand still for the stale window on its own clock, then takes the
     sweep over and finishes it, on Postgres and on SQLite."""
-    from tuner.sweep.coordinator import STALE_AFTER_S
+    from slotune.tuner.sweep.coordinator import STALE_AFTER_S
 
     store, url = chaos_db
     owner = sweep_run(procs, url, long_workload, "--trials", "4", "--confirm-top", "0")

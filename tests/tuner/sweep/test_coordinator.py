@@ -18,15 +18,15 @@ from typing import Any
 import optuna
 import pytest
 
+from slotune.tuner.db.errors import StorageUnavailable
+from slotune.tuner.db.store import Store
+from slotune.tuner.strategies import params_key
+from slotune.tuner.sweep.coordinator import Coordinator, SweepRunner
+from slotune.tuner.sweep.executors import TrialExecutor, VirtualExecutor
+from slotune.tuner.sweep.launcher import GpuShare
+from slotune.tuner.sweep.request import SweepBudget, SweepRequest, queue_sweep
+from slotune.workers.contracts import TrialResult, TrialSpec
 from tests.tuner.sweep_data import LAB_4RPS
-from tuner.db.errors import StorageUnavailable
-from tuner.db.store import Store
-from tuner.strategies import params_key
-from tuner.sweep.coordinator import Coordinator, SweepRunner
-from tuner.sweep.executors import TrialExecutor, VirtualExecutor
-from tuner.sweep.launcher import GpuShare
-from tuner.sweep.request import SweepBudget, SweepRequest, queue_sweep
-from workers.contracts import TrialResult, TrialSpec
 
 
 class RecordingExecutor(TrialExecutor):
@@ -150,7 +150,7 @@ def test_a_sweep_runs_to_its_budget_and_records_everything(store: Store,
 
 
 def optuna_url(url: str) -> optuna.storages.BaseStorage:
-    from tuner.db.optuna_storage import optuna_storage
+    from slotune.tuner.db.optuna_storage import optuna_storage
 
     return optuna_storage(url)
 
@@ -435,7 +435,7 @@ def test_a_guided_sweep_stores_every_card_with_all_nine_fields(
             assert (row["status"], row["objective"]) == (trial.status, trial.result["objective"])
             assert row["p99_ttft_ms"] == trial.result["metrics"].get("p99_ttft_ms")
     # and the report shows each card as a form with its values table, not as JSON
-    from tuner.report import render_report
+    from slotune.tuner.report import render_report
 
     markdown = render_report(store, sweep.id, "md")
     for card in cards:
@@ -473,7 +473,7 @@ def test_a_sweep_whose_ttft_tail_comes_from_its_longest_prompts_names_the_bucket
         assert tail["evidence"]["bucket"] == "2048–4095"  # the 3,500-token prompts
         assert "the 2048–4095-token bucket" in tail["symptom"]
         assert tail["next_step"].startswith("bucket by input length before blaming the engine")
-    from tuner.report import render_report
+    from slotune.tuner.report import render_report
 
     report = render_report(store, sweep.id, "md")
     assert "**Symptoms beside the wall:**" in report and "2048–4095-token bucket" in report
@@ -492,7 +492,7 @@ def test_a_conversation_sweep_reports_its_winner_turn_by_turn(
                                             workload=workload,
                                             budget=SweepBudget(max_trials=2, confirm_top=0)))
     Coordinator(store, VirtualExecutor(2), database_url=migrated_url).run_sweep(sweep.id)
-    from tuner.report import render_report
+    from slotune.tuner.report import render_report
 
     report = render_report(store, sweep.id, "md")
     section = report.split("### Conversations, turn by turn", 1)[1].split("##", 1)[0]
@@ -620,8 +620,8 @@ def test_a_resume_takes_a_silent_sweep_after_the_window_and_leaves_a_live_one(
         store: Store, migrated_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Without --takeover, a running sweep changes hands only once its heartbeat stood
     still for the stale window, as this coordinator watched it (issue 38)."""
-    from tuner.db.errors import Conflict
-    from tuner.sweep import coordinator as coordinator_module
+    from slotune.tuner.db.errors import Conflict
+    from slotune.tuner.sweep import coordinator as coordinator_module
 
     monkeypatch.setattr(coordinator_module, "STALE_AFTER_S", 0.8)
     monkeypatch.setattr(coordinator_module, "WATCH_POLL_S", 0.1)

@@ -31,18 +31,18 @@ from typing import Any
 
 import pytest
 
+from slotune.tuner.db.errors import StorageError
+from slotune.tuner.db.models import Sweep
+from slotune.tuner.db.store import Store
+from slotune.tuner.sweep.coordinator import Coordinator, SweepRunner
+from slotune.tuner.sweep.executors import RayExecutor, VirtualExecutor
+from slotune.tuner.sweep.request import SweepBudget, SweepRequest, queue_sweep
+from slotune.workers.contracts import SLO, TrialResult, TrialSpec
+from slotune.workers.trial.live import HEALTH_PROBE_S, run_trial
 from tests.polling import wait_for
 from tests.procscan import command_name, descendants, engine_pids
 from tests.tuner.sweep.test_coordinator import TP_SPACE
 from tests.tuner.sweep_data import LAB_4RPS
-from tuner.db.errors import StorageError
-from tuner.db.models import Sweep
-from tuner.db.store import Store
-from tuner.sweep.coordinator import Coordinator, SweepRunner
-from tuner.sweep.executors import RayExecutor, VirtualExecutor
-from tuner.sweep.request import SweepBudget, SweepRequest, queue_sweep
-from workers.contracts import SLO, TrialResult, TrialSpec
-from workers.trial import HEALTH_PROBE_S, run_trial
 
 pytestmark = pytest.mark.slow
 

@@ -9,15 +9,15 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Any
 
+from slotune.tuner.sweep.confirmation import ConfirmationPhase, Repeated, choose, top_configurations
+from slotune.tuner.sweep.executors import TrialExecutor, VirtualExecutor
+from slotune.tuner.sweep.launcher import MAX_ATTEMPTS, GpuShare, TrialLauncher, retry_as
+from slotune.tuner.sweep.request import resolve_space
+from slotune.workers.contracts import TrialResult, TrialSpec, Workload
+from slotune.workers.engines import adapter_for
+from slotune.workers.engines.sim import sim_options
+from slotune.workers.trial.virtual import run_virtual_trial
 from tests.tuner.sweep_data import LAB_4RPS
-from tuner.sweep.confirmation import ConfirmationPhase, Repeated, choose, top_configurations
-from tuner.sweep.executors import TrialExecutor, VirtualExecutor
-from tuner.sweep.launcher import MAX_ATTEMPTS, GpuShare, TrialLauncher, retry_as
-from tuner.sweep.request import resolve_space
-from workers.contracts import TrialResult, TrialSpec, Workload
-from workers.engines import adapter_for
-from workers.engines.sim import sim_options
-from workers.virtual_trial import run_virtual_trial
 
 SPACE = resolve_space("lab")
 FAST = {**SPACE.defaults(), "max_num_seqs": 128}

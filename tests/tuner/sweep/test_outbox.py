@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tuner.db.errors import Conflict, LeaseLost, StorageUnavailable
-from tuner.sweep.outbox import Outbox
+from slotune.tuner.db.errors import Conflict, LeaseLost, StorageUnavailable
+from slotune.tuner.sweep.outbox import Outbox
 
 
 class Flaky:

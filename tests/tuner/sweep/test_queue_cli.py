@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from slotune.tuner.db.store import Store
+from slotune.tuner.sweep.request import SweepBudget, SweepRequest, queue_sweep
 from tests.tuner.sweep_data import LAB_4RPS
-from tuner.db.store import Store
-from tuner.sweep.request import SweepBudget, SweepRequest, queue_sweep
 
 pytestmark = pytest.mark.slow
 
@@ -125,8 +125,8 @@ def test_two_databases_sweep_1_reports_land_in_their_own_folders(tmp_path: Path)
     """Issue 38: the default report folder was the sweep number only, so one database's
     sweep 1 overwrote another's. It carries a short digest of the database now, and no
     line names the database's URL."""
+    from slotune.tuner.db import migrate
     from tests.tuner.sweep_data import populate_finished_sweep
-    from tuner.db import migrate
 
     env = {**os.environ, "SLOTUNE_HOME": str(tmp_path / "home")}
     paths = []
@@ -155,7 +155,7 @@ def test_best_as_tsv_never_starts_a_cell_a_spreadsheet_would_evaluate(
     spreadsheet evaluates it. Cells that begin with ``= + - @``, a tab or a CR get a
     leading quote (OWASP's CSV-injection advice); a tab or line break inside a value
     would split the row, so it becomes a space."""
-    from workers.contracts import TrialResult
+    from slotune.workers.contracts import TrialResult
 
     names = ['=HYPERLINK("http://evil.example/","open")', "@SUM(A1:A9)", "+1+2", "-1+2",
              "\tleading-tab", "\rleading-cr", "inner\ttab\nline"]

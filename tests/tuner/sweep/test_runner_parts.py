@@ -10,14 +10,14 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from slotune.tuner.db.records import TrialRecord
+from slotune.tuner.strategies import NOISE_TOLERANCE, Proposal
+from slotune.tuner.sweep.executors import VirtualExecutor
+from slotune.tuner.sweep.launch_queue import Attempt, LaunchQueue
+from slotune.tuner.sweep.launcher import GpuShare
+from slotune.tuner.sweep.tally import Tally
+from slotune.workers.contracts import TrialResult, TrialSpec
 from tests.tuner.sweep.test_launcher import FAST, SLOW, SPACE, spec
-from tuner.db.records import TrialRecord
-from tuner.strategies import NOISE_TOLERANCE, Proposal
-from tuner.sweep.executors import VirtualExecutor
-from tuner.sweep.launch_queue import Attempt, LaunchQueue
-from tuner.sweep.launcher import GpuShare
-from tuner.sweep.tally import Tally
-from workers.contracts import TrialResult, TrialSpec
 
 
 def row(id_: int, number: int = 0, params: dict[str, Any] | None = None) -> TrialRecord:

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from slotune.tuner.db.store import Store
 from tests.procscan import engine_pids
 from tests.tuner.sweep.test_coordinator import TP_SPACE
-from tuner.db.store import Store
 
 pytestmark = pytest.mark.slow
 

@@ -20,10 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from tests import realvllm
-from tests.procscan import engine_pids
-from workers.contracts import SLO, TrialSpec, TrialTimeouts, Workload
-from workers.engines import (
+from slotune.workers.contracts import SLO, TrialSpec, TrialTimeouts, Workload
+from slotune.workers.engines import (
     EngineAdapter,
     EngineFailure,
     EngineState,
@@ -33,7 +31,9 @@ from workers.engines import (
     parse_startup_log,
     redact_argv,
 )
-from workers.engines.vllm import VllmOptions
+from slotune.workers.engines.vllm import VllmOptions
+from tests import realvllm
+from tests.procscan import engine_pids
 
 QWEN7B = "Qwen/Qwen2.5-7B-Instruct"
 SIM_BINARY = str(Path(sys.executable).with_name("slotune-sim"))
@@ -290,7 +290,7 @@ TRIAL_PROCESS = """
 import asyncio, sys, time
 from pathlib import Path
 from tests.workers.engines.test_adapters import make_spec
-from workers.engines import make_engine
+from slotune.workers.engines import make_engine
 spec = make_spec("vllm", run_id=sys.argv[1], engine_binary=sys.argv[2])
 engine = make_engine(spec, Path(sys.argv[3]))
 engine.start()

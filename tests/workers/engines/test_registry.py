@@ -1,4 +1,4 @@
-"""Engines register themselves: a new one is one module in workers/engines/, its options
+"""Engines register themselves: a new one is one module in slotune/workers/engines/, its options
 a model of its own, found by kind with no edit anywhere else."""
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-import workers.engine_options as engine_options
-import workers.engines as engines
-from tuner.spaces import SearchSpace, SpaceError, parse_space
-from workers.contracts import SLO, TrialSpec, Workload
-from workers.engines import ENGINES, EngineAdapter, adapter_for, make_engine
-from workers.engines.sim import SimEngine, SimOptions
-from workers.engines.vllm import VllmEngine, VllmOptions
+import slotune.workers.contracts.options as engine_options
+import slotune.workers.engines as engines
+from slotune.tuner.spaces import SearchSpace, SpaceError, parse_space
+from slotune.workers.contracts import SLO, TrialSpec, Workload
+from slotune.workers.engines import ENGINES, EngineAdapter, adapter_for, make_engine
+from slotune.workers.engines.sim import SimEngine, SimOptions
+from slotune.workers.engines.vllm import VllmEngine, VllmOptions
 
 ECHO = '''
 """A test engine: what a new adapter module looks like."""
@@ -26,8 +26,8 @@ from __future__ import annotations
 import sys
 from typing import ClassVar
 
-from workers.engine_options import EngineOptions
-from workers.engines.base import EngineAdapter, flag_args
+from slotune.workers.contracts.options import EngineOptions
+from slotune.workers.engines.base import EngineAdapter, flag_args
 
 
 class EchoOptions(EngineOptions):
@@ -58,9 +58,9 @@ def echo_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str
     adapters, options = dict(engines.ENGINES), dict(engine_options._REGISTRY)
     try:
         engines._import_adapters()
-        yield "workers.engines.echo_engine"
+        yield "slotune.workers.engines.echo_engine"
     finally:
-        sys.modules.pop("workers.engines.echo_engine", None)
+        sys.modules.pop("slotune.workers.engines.echo_engine", None)
         engines.ENGINES.clear()
         engines.ENGINES.update(adapters)
         engine_options._REGISTRY.clear()
@@ -119,7 +119,7 @@ def test_a_new_adapter_module_is_an_engine_with_its_own_options(
 
 def test_an_engine_name_is_taken_once() -> None:
     with pytest.raises(TypeError,
-                       match=r"engine .sim. is already workers\.engines\.sim\.SimEngine"):
+                       match=r"engine .sim. is already slotune\.workers\.engines\.sim\.SimEngine"):
         class OtherSim(EngineAdapter):
             kind = "sim"
 

@@ -22,15 +22,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.workers.engines.test_adapters import make_spec
-from workers.engines import EngineFailure, make_engine
-from workers.engines.shared_cache import (
+from slotune.workers.engines import EngineFailure, make_engine
+from slotune.workers.engines.shared_cache import (
     ENGINE_CACHE_ENV,
     BootLock,
     SharedCacheUnusable,
     engine_cache_dir,
 )
-from workers.engines.vllm import VllmEngine
+from slotune.workers.engines.vllm import VllmEngine
+from tests.workers.engines.test_adapters import make_spec
 
 CACHE_VARS = ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR",
               "VLLM_XLA_CACHE_PATH")
@@ -277,7 +277,7 @@ def test_a_lock_entry_that_is_not_a_file_boots_with_the_trials_own_caches(
 
 HOLDER = textwrap.dedent("""
     import asyncio, pathlib, sys, time
-    from workers.engines.shared_cache import BootLock
+    from slotune.workers.engines.shared_cache import BootLock
     lock_path, go, hold_s = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), float(sys.argv[3])
     print("ready", flush=True)
     while not go.exists():

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from workers.contracts import BOOT_PHASES, PhaseTimings
-from workers.engines import EngineAdapter, boot_phases, classify_failure, parse_startup_log
-from workers.sim.config import (
+from slotune.workers.contracts import BOOT_PHASES, PhaseTimings
+from slotune.workers.engines import EngineAdapter, boot_phases, classify_failure, parse_startup_log
+from slotune.workers.sim.config import (
     SIM_ENGINE_VERSION,
     EngineConfigError,
     build_config,
@@ -288,7 +288,7 @@ def test_simulator_takes_the_speculation_vllm_takes(spec: str) -> None:
     ("refused_max_model_len.log", ["--max-model-len", "100000"]),
 ])
 def test_simulator_refuses_as_vllm_does(name: str, args: list[str]) -> None:
-    proc = subprocess.run([sys.executable, "-m", "workers.sim", "serve", QWEN7B, *args],
+    proc = subprocess.run([sys.executable, "-m", "slotune.workers.sim", "serve", QWEN7B, *args],
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode != 0
     text = proc.stdout + proc.stderr

@@ -12,7 +12,7 @@ import time
 
 import httpx
 
-from workers.engines.process import free_port
+from slotune.workers.engines.process import free_port
 
 TTFT_MS = 100.0
 ITL_MS = 20.0
@@ -34,7 +34,7 @@ def wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 30.
 
 def start_stub(*extra: str) -> tuple[str, subprocess.Popen[bytes]]:
     port = free_port()
-    argv = [sys.executable, "-m", "workers.loadgen.stub_server", "--port", str(port),
+    argv = [sys.executable, "-m", "slotune.workers.loadgen.stub_server", "--port", str(port),
             "--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS), *extra]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from loadgen_procs import free_port
 
-from tuner.cli.main import main as slotune
-from workers.loadgen.cli import main
+from slotune.tuner.cli.main import main as slotune
+from slotune.workers.loadgen.cli import main
 
 # What vllm bench serve 0.32 writes for a generation run, always (the per-request arrays
 # that need --save-detailed are DETAILED); test_bench_vs_vllm.py checks it against the tool.

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import aiohttp
 import pytest
 
-from workers.loadgen.client import build_payload, send_request
+from slotune.workers.loadgen.client import build_payload, send_request
 
 GAP_S = 0.05
 # Writes of the stream: each a list of events sent in one TCP write, GAP_S apart.

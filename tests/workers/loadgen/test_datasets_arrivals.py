@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from workers.contracts import (
+from slotune.workers.contracts import (
     Arrivals,
     CustomDataset,
     PrefixRepetitionDataset,
@@ -19,9 +19,13 @@ from workers.contracts import (
     ShareGPTLikeDataset,
     TraceDataset,
 )
-from workers.loadgen.arrivals import arrival_offsets
-from workers.loadgen.datasets import DatasetError, sample_requests, sample_run
-from workers.loadgen.workload_files import WorkloadError, builtin_workloads, load_workload
+from slotune.workers.loadgen.generate.arrivals import arrival_offsets
+from slotune.workers.loadgen.generate.datasets import DatasetError, sample_requests, sample_run
+from slotune.workers.loadgen.generate.workload_files import (
+    WorkloadError,
+    builtin_workloads,
+    load_workload,
+)
 
 
 def test_same_seed_same_requests_in_order() -> None:

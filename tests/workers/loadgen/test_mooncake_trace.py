@@ -12,12 +12,23 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from tuner.cli.main import main as slotune
-from workers.contracts import Arrivals, MooncakeTraceDataset, TraceDataset, TraceFields, Workload
-from workers.loadgen.arrivals import arrival_offsets
-from workers.loadgen.datasets import DatasetError, sample_requests, sample_run
-from workers.loadgen.mooncake import TraceLogError, convert_log, dump_trace, sample_trace
-from workers.loadgen.workload_files import WorkloadError, load_workload
+from slotune.tuner.cli.main import main as slotune
+from slotune.workers.contracts import (
+    Arrivals,
+    MooncakeTraceDataset,
+    TraceDataset,
+    TraceFields,
+    Workload,
+)
+from slotune.workers.loadgen.generate.arrivals import arrival_offsets
+from slotune.workers.loadgen.generate.datasets import DatasetError, sample_requests, sample_run
+from slotune.workers.loadgen.generate.mooncake import (
+    TraceLogError,
+    convert_log,
+    dump_trace,
+    sample_trace,
+)
+from slotune.workers.loadgen.generate.workload_files import WorkloadError, load_workload
 
 BLOCK = 8  # small blocks keep the prompts short; the rule is the same at 512
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from workers.contracts import Arrivals, RandomDataset, Workload
-from workers.loadgen.runner import run_benchmark
+from slotune.workers.contracts import Arrivals, RandomDataset, Workload
+from slotune.workers.loadgen.runner import run_benchmark
 
 
 def test_cancelling_a_run_stops_its_metrics_scraper(stub_url: str) -> None:

@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from workers.loadgen import runner
-from workers.loadgen.client import TRIAL_REQUESTS, RequestRecord, RequestTimings
-from workers.loadgen.datasets import RequestSpec
+from slotune.workers.loadgen import runner
+from slotune.workers.loadgen.client import TRIAL_REQUESTS, RequestRecord, RequestTimings
+from slotune.workers.loadgen.generate.datasets import RequestSpec
 
 HOLD_S = 0.03  # the CPU one send costs the client
 WAVE_S = 0.25  # in-flight requests all finish on multiples of this (lockstep)

@@ -7,9 +7,9 @@ import itertools
 import pytest
 from loadgen_procs import ITL_MS, TTFT_MS, free_port
 
-from workers.contracts import SLO, Arrivals, RandomDataset, Workload
-from workers.loadgen.runner import ServerUnreachable, run_benchmark_sync
-from workers.loadgen.scoring import score
+from slotune.workers.contracts import SLO, Arrivals, RandomDataset, Workload
+from slotune.workers.loadgen.runner import ServerUnreachable, run_benchmark_sync
+from slotune.workers.loadgen.score.scoring import score
 
 TOL = 0.10  # stated tolerance: 10 %
 OUT = 10
@@ -96,7 +96,7 @@ def test_deadline_marks_request_failed(stub_url: str) -> None:
 
 
 def test_no_metrics_endpoint_gives_no_diagnosis(stub_url_no_metrics: str) -> None:
-    from workers.loadgen.diagnosis import diagnose
+    from slotune.workers.loadgen.diagnose.diagnosis import diagnose
 
     run = run_benchmark_sync(stub_url_no_metrics, "m", workload(n=3, warmup_requests=0))
     assert not run.scrape.available and "404" in (run.scrape.error or "")

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from workers.contracts import SLO
-from workers.loadgen.client import RequestRecord, RequestTimings
-from workers.loadgen.scoring import (
+from slotune.workers.contracts import SLO
+from slotune.workers.loadgen.client import RequestRecord, RequestTimings
+from slotune.workers.loadgen.score.scoring import (
     CONSTRAINT_CAP,
     allowed_violations,
     gate_percentiles,

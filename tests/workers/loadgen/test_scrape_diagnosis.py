@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from workers.contracts import SLO
-from workers.loadgen.client import RequestRecord, RequestTimings
-from workers.loadgen.diagnosis import diagnose
-from workers.loadgen.scoring import Score, score
-from workers.loadgen.scrape import ScrapeSummary, Snapshot, parse_metrics, summarise
+from slotune.workers.contracts import SLO
+from slotune.workers.loadgen.client import RequestRecord, RequestTimings
+from slotune.workers.loadgen.diagnose.diagnosis import diagnose
+from slotune.workers.loadgen.score.scoring import Score, score
+from slotune.workers.loadgen.scrape import ScrapeSummary, Snapshot, parse_metrics, summarise
 
 LABELS = 'model_name="Qwen/Qwen2.5-7B-Instruct",engine="0"'
 
@@ -74,7 +74,7 @@ def _summary(waiting: list[float], kv: list[float], preemptions: float = 0.0,
                 "vllm:kv_cache_usage_perc": list(zip(t, kv, strict=True)),
                 "vllm:num_requests_running": [(x, running) for x in t]}
     s.counters = {"vllm:num_preemptions_total": preemptions}
-    from workers.loadgen.scrape import HistogramDelta
+    from slotune.workers.loadgen.scrape import HistogramDelta
     s.histograms = {
         "vllm:request_queue_time_seconds": HistogramDelta(10, 10 * queue_s),
         "vllm:request_prefill_time_seconds": HistogramDelta(10, 10 * prefill_s),

@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 from test_sim_e2e import MODEL, sim
 
-from workers.contracts import SLO, MultiTurnDataset, TrialResult, TrialSpec, Workload
-from workers.loadgen.cli import main as bench_main
-from workers.loadgen.client import RequestRecord, RequestTimings
-from workers.loadgen.datasets import DatasetError, sample_requests
-from workers.loadgen.sessions import Conversation, group_sessions
-from workers.virtual_trial import run_virtual_trial
+from slotune.workers.contracts import SLO, MultiTurnDataset, TrialResult, TrialSpec, Workload
+from slotune.workers.loadgen.cli import main as bench_main
+from slotune.workers.loadgen.client import RequestRecord, RequestTimings
+from slotune.workers.loadgen.generate.datasets import DatasetError, sample_requests
+from slotune.workers.loadgen.generate.sessions import Conversation, group_sessions
+from slotune.workers.trial.virtual import run_virtual_trial
 
 CONVERSATIONS = MultiTurnDataset(min_turns=3, max_turns=5, system_prompt_len=48,
                                  input_len=64, output_len=24, think_time_s=0.4,

@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 from loadgen_procs import free_port, stop, wait_healthy
 
-from workers.contracts import SLO, Workload
-from workers.loadgen.cli import main as bench_main
-from workers.loadgen.diagnosis import diagnose
-from workers.loadgen.runner import run_benchmark_sync
-from workers.loadgen.scoring import score
-from workers.loadgen.workload_files import load_workload
+from slotune.workers.contracts import SLO, Workload
+from slotune.workers.loadgen.cli import main as bench_main
+from slotune.workers.loadgen.diagnose.diagnosis import diagnose
+from slotune.workers.loadgen.generate.workload_files import load_workload
+from slotune.workers.loadgen.runner import run_benchmark_sync
+from slotune.workers.loadgen.score.scoring import score
 
 pytestmark = pytest.mark.slow
 
@@ -35,7 +35,7 @@ SLO_ = SLO(ttft=300, tpot=50)
 def sim(tmp_path: Path, *flags: str) -> Iterator[str]:
     port = free_port()
     log = tmp_path / f"sim-{port}.log"
-    argv = [sys.executable, "-m", "workers.sim", "serve", MODEL, "--sim-gpu", "rtx4090",
+    argv = [sys.executable, "-m", "slotune.workers.sim", "serve", MODEL, "--sim-gpu", "rtx4090",
             "--port", str(port), "--sim-time-scale", str(K), *flags]
     with log.open("wb") as sink:
         proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT)

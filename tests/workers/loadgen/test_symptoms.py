@@ -7,11 +7,11 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from workers.contracts import SLO, TrialSpec
-from workers.loadgen.client import RequestRecord, RequestTimings
-from workers.loadgen.runner import SendLag
-from workers.loadgen.symptoms import symptoms
-from workers.virtual_trial import run_virtual_trial
+from slotune.workers.contracts import SLO, TrialSpec
+from slotune.workers.loadgen.client import RequestRecord, RequestTimings
+from slotune.workers.loadgen.diagnose.symptoms import symptoms
+from slotune.workers.loadgen.runner import SendLag
+from slotune.workers.trial.virtual import run_virtual_trial
 
 
 def _spec(dataset: dict[str, Any], rate: float, **knobs: Any) -> TrialSpec:

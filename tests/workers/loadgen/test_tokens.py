@@ -7,8 +7,8 @@ import json
 
 import httpx
 
-from workers.loadgen.datasets import VOCABULARY
-from workers.loadgen.tokens import MAX_POOL, TokenPool, fetch_token_pool
+from slotune.workers.loadgen.generate.datasets import VOCABULARY
+from slotune.workers.loadgen.generate.tokens import MAX_POOL, TokenPool, fetch_token_pool
 
 
 def _tokenizer(max_words: int | None = None, status: int = 200) -> httpx.MockTransport:

@@ -7,11 +7,10 @@ import math
 
 import pytest
 
-from workers.binomial import fail_threshold, min_requests_to_pass, pass_threshold
-from workers.contracts import SLO
-from workers.loadgen.client import RequestRecord, RequestTimings
-from workers.loadgen.scrape import ScrapeSummary
-from workers.loadgen.verdict import (
+from slotune.workers.binomial import fail_threshold, min_requests_to_pass, pass_threshold
+from slotune.workers.contracts import SLO
+from slotune.workers.loadgen.client import RequestRecord, RequestTimings
+from slotune.workers.loadgen.score.verdict import (
     STEADY_TOLERANCE,
     SteadyState,
     TailBound,
@@ -21,6 +20,7 @@ from workers.loadgen.verdict import (
     tail_bound,
     worth_extending,
 )
+from slotune.workers.loadgen.scrape import ScrapeSummary
 
 
 def _binomial_cdf(k: int, n: int, p: float) -> float:

@@ -6,7 +6,7 @@ import random
 
 import numpy as np
 
-from workers.sim.virtual_time import SimRequestSpec, SimulationResult, random_prompt
+from slotune.workers.sim.virtual_time import SimRequestSpec, SimulationResult, random_prompt
 
 
 def poisson_load(n: int, rate: float, input_len: int, output_len: int, *, seed: int = 0,

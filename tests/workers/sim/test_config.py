@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from workers.sim.catalog import UnknownCatalogEntry
-from workers.sim.config import (
+from slotune.workers.sim.catalog import UnknownCatalogEntry
+from slotune.workers.sim.config import (
     EngineConfigError,
     build_config,
     plan_memory,

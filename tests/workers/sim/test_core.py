@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from slotune.workers.sim import tokenizer
+from slotune.workers.sim.config import build_config
+from slotune.workers.sim.core import BlockPool, EngineCore, RequestRejected
+from slotune.workers.sim.virtual_time import SimRequestSpec, simulate
 from tests.workers.sim.loads import itls, pct, poisson_load, throughput, tpots, ttfts
-from workers.sim import tokenizer
-from workers.sim.config import build_config
-from workers.sim.core import BlockPool, EngineCore, RequestRejected
-from workers.sim.virtual_time import SimRequestSpec, simulate
 
 QWEN7B = "Qwen/Qwen2.5-7B-Instruct"
 INF = float("inf")

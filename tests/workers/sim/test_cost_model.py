@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from workers.sim.calibration import calibrated_gpus, load_calibration
-from workers.sim.catalog import GPUS, get_gpu, get_model
-from workers.sim.cost_model import HardwareSetup, StepShape, UnsupportedSetup
-from workers.sim.cost_registry import COST_MODELS, make_cost_model
-from workers.sim.reference import read_reference, reference_setup, reference_shape
+from slotune.workers.sim.calibration import calibrated_gpus, load_calibration
+from slotune.workers.sim.catalog import GPUS, get_gpu, get_model
+from slotune.workers.sim.cost_model import HardwareSetup, StepShape, UnsupportedSetup
+from slotune.workers.sim.cost_registry import COST_MODELS, make_cost_model
+from slotune.workers.sim.reference import read_reference, reference_setup, reference_shape
 
 REFERENCE = Path(__file__).resolve().parents[3] / "benchmarks" / "data" / "vllm-step-times.csv"
 LLAMA_8B = get_model("meta-llama/Llama-3.1-8B-Instruct")
@@ -156,7 +156,7 @@ class TestAIConfigurator:
             self, monkeypatch: pytest.MonkeyPatch) -> None:
         import sys
 
-        from workers.sim import aiconfigurator_model
+        from slotune.workers.sim import aiconfigurator_model
 
         aiconfigurator_model._compiled.cache_clear()
         monkeypatch.setitem(sys.modules, "aiconfigurator_core.sdk.engine", None)

@@ -12,18 +12,23 @@ from typing import Any
 import pytest
 import yaml
 
-from workers.contracts import SLO, TrialSpec
-from workers.engines.sim import SimEngine
-from workers.loadgen.workload_files import load_workload
-from workers.sim import model_config
-from workers.sim.calibration import load_calibration
-from workers.sim.catalog import GiB, ModelSpec, UnknownCatalogEntry, get_gpu, get_model
-from workers.sim.config import add_engine_arguments, build_config, config_from_args, plan_memory
-from workers.sim.cost_model import HardwareSetup, RooflineCostModel, StepShape
-from workers.sim.cost_registry import make_cost_model
-from workers.sim.device_file import DeviceFileError
-from workers.sim.model_config import ModelConfigError, model_spec_from_config
-from workers.virtual_trial import run_virtual_trial
+from slotune.workers.contracts import SLO, TrialSpec
+from slotune.workers.engines.sim import SimEngine
+from slotune.workers.loadgen.generate.workload_files import load_workload
+from slotune.workers.sim import model_config
+from slotune.workers.sim.calibration import load_calibration
+from slotune.workers.sim.catalog import GiB, ModelSpec, UnknownCatalogEntry, get_gpu, get_model
+from slotune.workers.sim.config import (
+    add_engine_arguments,
+    build_config,
+    config_from_args,
+    plan_memory,
+)
+from slotune.workers.sim.cost_model import HardwareSetup, RooflineCostModel, StepShape
+from slotune.workers.sim.cost_registry import make_cost_model
+from slotune.workers.sim.device_file import DeviceFileError
+from slotune.workers.sim.model_config import ModelConfigError, model_spec_from_config
+from slotune.workers.trial.virtual import run_virtual_trial
 
 # Mistral-7B-v0.3's config.json (the fields the simulator reads): not in the catalogue.
 MISTRAL_7B: dict[str, Any] = {

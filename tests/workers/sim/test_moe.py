@@ -8,15 +8,20 @@ from pathlib import Path
 
 import pytest
 
+from slotune.workers.sim.catalog import get_gpu, get_model
+from slotune.workers.sim.config import (
+    EngineConfigError,
+    build_config,
+    plan_memory,
+    startup_log_lines,
+)
+from slotune.workers.sim.cost_model import HardwareSetup, StepShape
+from slotune.workers.sim.cost_registry import make_cost_model
+from slotune.workers.sim.data_parallel import DataParallelCore, make_core
+from slotune.workers.sim.moe import expert_load_imbalance
+from slotune.workers.sim.reference import read_reference, reference_setup, reference_shape
+from slotune.workers.sim.virtual_time import simulate
 from tests.workers.sim.loads import poisson_load, throughput
-from workers.sim.catalog import get_gpu, get_model
-from workers.sim.config import EngineConfigError, build_config, plan_memory, startup_log_lines
-from workers.sim.cost_model import HardwareSetup, StepShape
-from workers.sim.cost_registry import make_cost_model
-from workers.sim.data_parallel import DataParallelCore, make_core
-from workers.sim.moe import expert_load_imbalance
-from workers.sim.reference import read_reference, reference_setup, reference_shape
-from workers.sim.virtual_time import simulate
 
 MOE_REFERENCE = Path(__file__).resolve().parents[3] / "benchmarks" / "data" / (
     "vllm-moe-step-times.csv")

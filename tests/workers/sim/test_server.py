@@ -193,9 +193,10 @@ def test_invalid_combination_prints_vllms_sentence_and_exits_fast() -> None:
 
 
 def test_module_entry_point_stands_in_for_vllm_and_honours_time_scale(tmp_path: Path) -> None:
-    """``python -m workers.sim serve`` at 20× runs 200 decode steps in a fraction of real time."""
+    """``python -m slotune.workers.sim serve`` at 20× runs 200 decode steps in a fraction of real
+    time."""
     with sim_server(QWEN7B, "--sim-gpu", "h100-sxm", "--sim-time-scale", "20",
-                    command=[sys.executable, "-m", "workers.sim", "serve"],
+                    command=[sys.executable, "-m", "slotune.workers.sim", "serve"],
                     log_dir=tmp_path) as sim:
         start = time.monotonic()
         r = httpx.post(f"{sim.base_url}/v1/completions", timeout=30,

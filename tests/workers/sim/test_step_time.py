@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from workers.sim.reference import read_reference
+from slotune.workers.sim.reference import read_reference
 
 REPO = Path(__file__).resolve().parents[3]
 SLOTUNE = Path(sys.executable).parent / "slotune"
@@ -126,8 +126,8 @@ def test_bad_input_exits_2_with_one_line(args: list[str], message: str) -> None:
 def test_the_command_and_the_scheduler_agree_on_the_same_shape(gpu: str,
                                                                 flags: list[str]) -> None:
     """A lone 1024-token prefill, then the first decode step of 8 equal requests."""
-    from workers.sim.config import build_config
-    from workers.sim.virtual_time import SimRequestSpec, simulate
+    from slotune.workers.sim.config import build_config
+    from slotune.workers.sim.virtual_time import SimRequestSpec, simulate
 
     options = dict(zip(flags[::2], flags[1::2], strict=True))
     config = build_config(LLAMA, sim_gpu=gpu, quantization=options.get("--quantization"),

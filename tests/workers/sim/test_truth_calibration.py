@@ -10,17 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from workers.contracts import SLO, TrialSpec
-from workers.loadgen.workload_files import load_workload
-from workers.sim.calibration import (
+from slotune.workers.contracts import SLO, TrialSpec
+from slotune.workers.loadgen.generate.workload_files import load_workload
+from slotune.workers.sim.calibration import (
     CALIBRATION_ENV,
     CalibrationFileError,
     load_calibration,
     shipped_calibration,
 )
-from workers.sim.catalog import get_gpu, get_model
-from workers.sim.cost_model import HardwareSetup, RooflineCostModel, StepShape
-from workers.virtual_trial import run_virtual_trial
+from slotune.workers.sim.catalog import get_gpu, get_model
+from slotune.workers.sim.cost_model import HardwareSetup, RooflineCostModel, StepShape
+from slotune.workers.trial.virtual import run_virtual_trial
 
 SLOTUNE = str(Path(sys.executable).with_name("slotune"))
 GPU = "rtx4090"

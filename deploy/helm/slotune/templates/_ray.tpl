@@ -8,7 +8,7 @@ declared here and nowhere else:
   head:    num-cpus "0", num-gpus "0": Ray's GCS and dashboard, never a trial;
   workers: num-gpus = gpus, num-cpus = cpus, resources = {"gpu_type:<type>": gpus} for the
            group's gpuType (a simulated group: each of its gpuTypes), one unit per GPU —
-           what workers/ray_worker.py's trials ask for, as docker/entrypoint.sh's
+           what slotune/workers/trial/ray_worker.py's trials ask for, as docker/entrypoint.sh's
            ray-worker role advertises it in the compose stack.
 */}}
 

@@ -10,15 +10,15 @@ from typing import Any
 import optuna
 import pytest
 
+from slotune.tuner.spaces import parse_space
+from slotune.tuner.strategies import TwinStrategy, make_strategy, params_key
+from slotune.tuner.strategies.twin.factors import TwinFactors
+from slotune.tuner.strategies.twin.model import Twin
+from slotune.tuner.sweep.request import SweepRequest, resolve
+from slotune.workers.contracts import EngineFacts, KnobValue, TrialResult
+from slotune.workers.sim.calibration import CALIBRATION_ENV, shipped_calibration
+from slotune.workers.trial.virtual import run_virtual_trial
 from tests.tuner.strategies.twin.truth import SMALL, TRUTH, small_space, write_truth
-from tuner.spaces import parse_space
-from tuner.strategies import TwinStrategy, make_strategy, params_key
-from tuner.strategies.twin.factors import TwinFactors
-from tuner.strategies.twin.model import Twin
-from tuner.sweep.request import SweepRequest, resolve
-from workers.contracts import EngineFacts, KnobValue, TrialResult
-from workers.sim.calibration import CALIBRATION_ENV, shipped_calibration
-from workers.virtual_trial import run_virtual_trial
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -13,15 +13,15 @@ from pathlib import Path
 import pytest
 import yaml
 
+from slotune.tuner.db import migrate
+from slotune.tuner.db.store import Store
+from slotune.tuner.strategies import params_key
+from slotune.tuner.strategies.twin.factors import TwinFactors
+from slotune.tuner.strategies.twin.model import Twin
+from slotune.tuner.sweep.progress import SweepProgress
+from slotune.workers.sim.calibration import CALIBRATION_ENV
+from slotune.workers.trial.virtual import run_virtual_trial
 from tests.tuner.strategies.twin.truth import SMALL, TRUTH, small_space, write_truth
-from tuner.db import migrate
-from tuner.db.store import Store
-from tuner.strategies import params_key
-from tuner.strategies.twin.factors import TwinFactors
-from tuner.strategies.twin.model import Twin
-from tuner.sweep.progress import SweepProgress
-from workers.sim.calibration import CALIBRATION_ENV
-from workers.virtual_trial import run_virtual_trial
 
 SLOTUNE = str(Path(sys.executable).with_name("slotune"))
 pytestmark = pytest.mark.slow

@@ -6,9 +6,9 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from tuner.spaces import SearchSpace, parse_space
-from tuner.strategies.twin.factors import TwinFactors
-from workers.sim.calibration import shipped_calibration
+from slotune.tuner.spaces import SearchSpace, parse_space
+from slotune.tuner.strategies.twin.factors import TwinFactors
+from slotune.workers.sim.calibration import shipped_calibration
 
 
 def write_truth(path: Path, gpu: str, *, compute: float = 1.0, memory: float = 1.0,

@@ -1,4 +1,0 @@
-"""Persistence: SQLAlchemy models, migrations runner, sessions, errors, Optuna storage.
-
-The service layer over all of this is :mod:`tuner.db.store`.
-"""
