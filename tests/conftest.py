@@ -4,7 +4,7 @@ variable itself (CI keeping compiled vLLM caches between runs) keeps its own.
 
 Under pytest-xdist (``scripts/test.sh``) each worker gets a ``TMPDIR`` of its own before
 any test runs: every process its tests start inherits it (engines too: it is one of
-``BASE_ENV``), which is how ``tests/procscan.py`` tells this worker's engines from the
+``BASE_ENV``), which is how ``tests/support/procscan.py`` tells this worker's engines from the
 other's, and Ray's session folders of the two workers never meet. Short (Ray's Unix
 sockets live under it, within a 107-byte path)."""
 
@@ -23,6 +23,9 @@ try:  # pytest ≥ 9.2: structured node ids
     from _pytest.nodeid import NodeId
 except ImportError:  # earlier: the _nodeid pytest-xdist writes is the id
     NodeId = None  # type: ignore[assignment,misc]
+
+# Fixtures that tests of several folders ask for, under names no folder's conftest uses.
+pytest_plugins = ["tests.support.postgres", "tests.support.rescored"]
 
 
 def pytest_configure(config: pytest.Config) -> None:
