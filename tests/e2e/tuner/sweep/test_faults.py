@@ -163,7 +163,7 @@ def _postgres(action: str) -> None:
 
 
 @pytest.mark.exclusive  # it stops the Postgres server every other test uses
-@pytest.mark.chaos  # with tests/tuner/sweep/test_chaos.py
+@pytest.mark.chaos  # with tests/e2e/tuner/sweep/test_chaos.py
 def test_postgres_restart_mid_sweep_loses_nothing(postgres_store: Store, postgres_url: str,
                                                   caplog: pytest.LogCaptureFixture) -> None:
     store, migrated_url = postgres_store, postgres_url
@@ -270,7 +270,7 @@ def test_engine_log_over_its_disk_budget_is_capped_and_the_trial_scores(
 
 
 @pytest.mark.exclusive  # it stops the Postgres server every other test uses
-@pytest.mark.chaos  # with tests/tuner/sweep/test_chaos.py
+@pytest.mark.chaos  # with tests/e2e/tuner/sweep/test_chaos.py
 def test_serving_coordinator_rides_out_a_postgres_stop_then_runs_what_is_queued(
         postgres_store: Store, postgres_url: str) -> None:
     store = postgres_store

@@ -3,7 +3,7 @@ confidence.
 
 The probes are written by hand here (their percentiles as a probe would store them), so
 each rule can be tried where it decides; the end-to-end path (a real sweep's probes, the
-planner, the CLI) is in tests/tuner/test_plan_rescored.py.
+planner, the CLI) is in tests/integration/tuner/planning/test_plan_rescored.py.
 """
 
 from __future__ import annotations

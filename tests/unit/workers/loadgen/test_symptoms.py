@@ -1,6 +1,7 @@
 """The playbook's symptoms beside the wall, each made true on the simulated engine (or, for
 what the engine cannot cause, in the run's own records) and named by the diagnosis.
-(The tail-mixture sweep, with its report, is in tests/tuner/sweep/test_coordinator.py.)"""
+(The tail-mixture sweep, with its report, is in
+tests/integration/tuner/sweep/test_coordinator.py.)"""
 
 from __future__ import annotations
 

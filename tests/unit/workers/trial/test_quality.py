@@ -1,7 +1,7 @@
 """The quality gate: agreement, the user's command, and a lossy trial on the live engine.
 
 The golden check's live-vs-virtual agreement is in the parity suite; the real-vLLM run in
-``tests/test_real_vllm.py``.
+``tests/e2e/vllm/test_real_vllm.py``.
 """
 
 from __future__ import annotations
