@@ -1,9 +1,14 @@
 """The load generator, scorer and diagnosis: ``vllm bench serve``'s measurements, SLO-aware.
 
-Layers (guidellm's split): datasets + arrivals say what to send and when; the client
-sends one streaming request and stamps raw times; the runner orchestrates warm-up, the
-measured run, ``/metrics`` scraping and early abort; scoring and diagnosis are pure
-functions of what was recorded; the result module writes vLLM's JSON field names.
+Layers (guidellm's split): ``generate/`` says what to send and when (datasets, arrivals,
+tokens, sessions, traces, workload files); the client sends one streaming request and
+stamps raw times; the runner orchestrates warm-up, the measured run, ``/metrics``
+scraping (``scrape.py``) and early abort; ``score/`` (SLO scoring, a probe's verdict) and
+``diagnose/`` (why a run failed) are pure functions of what was recorded; the result
+module writes vLLM's JSON field names.
+
+The functions ``score`` and ``diagnose`` are not exported here: their names are the
+subpackages'. Import them from ``score.scoring`` and ``diagnose.diagnosis``.
 
 Names are imported on first use (PEP 562): most callers need one file format or one
 scorer, not the HTTP client and its event-loop stack, and every ``slotune`` command paid
@@ -17,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from slotune.workers.loadgen.client import RequestRecord, RequestTimings
-    from slotune.workers.loadgen.diagnose.diagnosis import Diagnosis, diagnose
+    from slotune.workers.loadgen.diagnose.diagnosis import Diagnosis
     from slotune.workers.loadgen.generate.arrivals import arrival_offsets
     from slotune.workers.loadgen.generate.datasets import DatasetError, RequestSpec, sample_requests
     from slotune.workers.loadgen.generate.workload_files import (
@@ -33,7 +38,7 @@ if TYPE_CHECKING:
         run_benchmark,
         run_benchmark_sync,
     )
-    from slotune.workers.loadgen.score.scoring import GateCheck, Score, score
+    from slotune.workers.loadgen.score.scoring import GateCheck, Score
     from slotune.workers.loadgen.scrape import ScrapeSummary, parse_metrics
 
 _HOME = {
@@ -52,13 +57,11 @@ _HOME = {
     "arrival_offsets": "slotune.workers.loadgen.generate.arrivals",
     "build_result": "slotune.workers.loadgen.result",
     "builtin_workloads": "slotune.workers.loadgen.generate.workload_files",
-    "diagnose": "slotune.workers.loadgen.diagnose.diagnosis",
     "load_workload": "slotune.workers.loadgen.generate.workload_files",
     "parse_metrics": "slotune.workers.loadgen.scrape",
     "run_benchmark": "slotune.workers.loadgen.runner",
     "run_benchmark_sync": "slotune.workers.loadgen.runner",
     "sample_requests": "slotune.workers.loadgen.generate.datasets",
-    "score": "slotune.workers.loadgen.score.scoring",
     "write_result": "slotune.workers.loadgen.result",
 }
 """Which module each exported name lives in."""
@@ -89,12 +92,10 @@ __all__ = [
     "arrival_offsets",
     "build_result",
     "builtin_workloads",
-    "diagnose",
     "load_workload",
     "parse_metrics",
     "run_benchmark",
     "run_benchmark_sync",
     "sample_requests",
-    "score",
     "write_result",
 ]

@@ -36,7 +36,8 @@ from slotune.workers.contracts import (
 )
 from slotune.workers.engines import EngineAdapter, EngineFailure, classify_failure, make_engine
 from slotune.workers.gpu import GPUProbe
-from slotune.workers.loadgen import run_benchmark, score
+from slotune.workers.loadgen import run_benchmark
+from slotune.workers.loadgen.score.scoring import score
 from slotune.workers.trial.backend import Measured
 from slotune.workers.trial.pipeline import run_pipeline
 from slotune.workers.trial.quality import QualityUnavailable, golden_outputs
