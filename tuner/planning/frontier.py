@@ -30,9 +30,12 @@ the report and the dashboard all read :func:`build_frontier`; CSV is :func:`to_c
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
-from collections.abc import Mapping, Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -194,7 +197,7 @@ def frontier_of(trials: Sequence[tuple[SweepSnapshot, TrialRecord]], *, workload
         gpus = replica_gpus(trial.config)
         budget = error_budget(trial.spec)
         rescored.setdefault(json.dumps(trial.config, sort_keys=True, default=str),
-                            []).append((result, own, budget, gpus))
+                            []).append((result, own, budget, gpus, (trial.id, trial.finished_at)))
         for probe in result.capacity_probes:
             if probe.output_throughput is None:
                 without += 1
@@ -249,6 +252,34 @@ def to_csv(frontier: Frontier) -> str:
 
 # --- helpers -------------------------------------------------------------------------------
 
+class _Memo:
+    """A bounded, thread-safe memo of a pure function's answers (oldest entries go first)."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._lock = threading.Lock()
+        self._answers: OrderedDict[Hashable, Any] = OrderedDict()
+
+    def get(self, key: Hashable, compute: Callable[[], Any]) -> Any:
+        with self._lock:
+            if key in self._answers:
+                self._answers.move_to_end(key)
+                return self._answers[key]
+        answer = compute()  # outside the lock: two threads may both compute, alike
+        with self._lock:
+            self._answers[key] = answer
+            while len(self._answers) > self._size:
+                self._answers.popitem(last=False)
+        return answer
+
+
+_RESCORED = _Memo(1 << 16)
+"""A stored trial's capacity under one grid cell's limits, by (trial id, when it finished,
+its sweep's SLO, its error budget, the limits). Nearly all of the frontier's cost is this
+grid, and a finished trial's result is written once (only an unfinished trial can
+finish), so after a write only the new trial's cells are computed again."""
+
+
 def _mark(points: list[FrontierPoint], winner_trial: int | None) -> list[FrontierPoint]:
     """Set ``on_frontier`` and ``winner`` (see the module docstring)."""
     # More interactivity is less TPOT: the latency-vs-throughput front is the same set.
@@ -276,8 +307,9 @@ def _grid(rescored: Mapping[str, list[Any]], slo: SLO) -> CapacityGrid:
             limits = SLO(percentile=slo.percentile, ttft=ttft, tpot=tpot)
             best: tuple[float, str] | None = None
             for measurements in rescored.values():
-                found = [trial_capacity(result, limits, own_slo=own, max_error_rate=budget)
-                         for result, own, budget, _ in measurements]
+                found = [_RESCORED.get((stored, own, budget, limits), functools.partial(
+                    trial_capacity, result, limits, own_slo=own, max_error_rate=budget))
+                    for result, own, budget, _, stored in measurements]
                 rate, confidence = combine(found)
                 if rate:
                     value = rate / measurements[0][3]
