@@ -20,7 +20,8 @@ Every figure is wall-clock on this machine; latencies are given with their sprea
 at one client) and ratios are against ``/best`` measured in the same run. The client
 shares the machine's cores with the server, as it would on a two-core box. Usage:
 ``.venv/bin/python benchmarks/read_path.py [--trials 12] [--readers 200]
-[--duration 15] [--samples 200] [--write-every 1]``.
+[--duration 15] [--samples 200] [--write-every 1] [--before REF]``; ``--before main``
+measures the same database served by another revision's code first (``git archive``).
 """
 
 from __future__ import annotations
@@ -64,6 +65,9 @@ def main() -> None:
     parser.add_argument("--readers", type=int, default=200)
     parser.add_argument("--duration", type=float, default=15.0)
     parser.add_argument("--write-every", type=float, default=1.0)
+    parser.add_argument("--before", metavar="REF",
+                        help="also serve the same database with this git revision's code "
+                             "(git archive) and measure it first, the same way")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="slotune-read-path-") as tmp:
         url = f"sqlite:///{tmp}/read_path.db"
@@ -82,9 +86,14 @@ def main() -> None:
                              before_each=_RESCORED_MEMO.clear)
             print(f"frontier computed from scratch (in process, no HTTP, 20 samples): "
                   f"{_spread(scratch)}")
-            with _server(url) as base:
-                asyncio.run(_one_client(base, store, sweep.id, args.samples))
-                asyncio.run(_concurrent(base, store, sweep.id, args))
+            runs = [("after", None)]
+            if args.before:
+                runs.insert(0, (f"before ({args.before})", _checkout(args.before, tmp)))
+            for label, code in runs:
+                print(f"\n=== {label} ===")
+                with _server(url, code) as base:
+                    asyncio.run(_one_client(base, store, sweep.id, args.samples))
+                    asyncio.run(_concurrent(base, store, sweep.id, args))
 
 
 async def _one_client(base: str, store: Store, sweep_id: int, samples: int) -> None:
@@ -203,31 +212,60 @@ class _Writer:
             self.add()
 
 
-class _server:
-    """``slotune api`` on a free port, stopped on exit."""
+def _checkout(ref: str, tmp: str) -> Path:
+    """The tree of git revision ``ref`` (its code only), unpacked under ``tmp``."""
+    folder = Path(tmp) / "before"
+    folder.mkdir()
+    # From the repository's root: in a subfolder, git archive packs that folder alone.
+    archive = subprocess.run(["git", "archive", ref], capture_output=True, check=True,
+                             cwd=Path(__file__).resolve().parents[1])
+    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive.stdout, check=True)
+    if not (folder / "tuner" / "api").is_dir():
+        raise SystemExit(f"{ref} has no tuner/api to serve")
+    return folder
 
-    def __init__(self, url: str) -> None:
+
+# Another revision's API on this database: its tuner and workers on sys.path instead of
+# the installed (editable) ones, and no schema check (its head is older than this
+# database's; the columns added since are ones it never reads).
+_SERVE_OTHER = """
+import sys
+sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f)]
+sys.path.insert(0, sys.argv[1])
+import uvicorn
+from tuner.api import create_app
+from tuner.settings import DatabaseSettings, Settings
+app = create_app(Settings(database=DatabaseSettings(url=sys.argv[2])))
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[3]), log_level="info")
+"""
+
+
+class _server:
+    """``slotune api`` on a free port (``code``: another revision's tree), stopped on exit."""
+
+    def __init__(self, url: str, code: Path | None = None) -> None:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
-        self.url = url
+        self.url, self.code = url, code
         self.process: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> str:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SLOTUNE_API")}
-        self.process = subprocess.Popen(
-            [SLOTUNE, "api", "--host", "127.0.0.1", "--port", str(self.port),
-             "--database-url", self.url], env=env, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL)
+        argv = ([SLOTUNE, "api", "--host", "127.0.0.1", "--port", str(self.port),
+                 "--database-url", self.url] if self.code is None else
+                [sys.executable, "-c", _SERVE_OTHER, str(self.code), self.url, str(self.port)])
+        self.process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL)
         base = f"http://127.0.0.1:{self.port}"
         for _ in range(300):
             try:
-                if httpx.get(f"{base}{API}/health", timeout=1).status_code == 200:
+                if httpx.get(f"{base}{BEST}", timeout=5).status_code == 200:
                     return base
             except httpx.HTTPError:
                 pass
             time.sleep(0.1)
-        raise SystemExit("slotune api did not answer /health within 30 s")
+        raise SystemExit("the API did not answer /best within 30 s")
 
     def __exit__(self, *_: object) -> None:
         assert self.process is not None

@@ -20,9 +20,9 @@ empty run (those strings are part of stored results); the broken targets' senten
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from workers.contracts import SLO, SLOMetric
 
@@ -35,9 +35,11 @@ CONSTRAINT_CAP = 1000.0
 GateOutcome = Literal["pass", "over_budget", "none_completed", "targets_broken"]
 
 
-@dataclass(frozen=True, slots=True)
-class GateCheck:
-    """One SLO target against its observed percentile (ms; None = infinite: failures)."""
+class GateCheck(NamedTuple):
+    """One SLO target against its observed percentile (ms; None = infinite: failures).
+
+    (Named tuples, this and :class:`SloGate`: immutable, and cheap enough to build for
+    every cell of the frontier's capacity grid, thousands of gates a frontier.)"""
 
     metric: SLOMetric
     target_ms: float
@@ -51,11 +53,10 @@ class GateCheck:
     @property
     def ratio(self) -> float:
         """observed/target, uncapped (``inf`` for an infinite percentile)."""
-        return float("inf") if self.observed_ms is None else self.observed_ms / self.target_ms
+        return math.inf if self.observed_ms is None else self.observed_ms / self.target_ms
 
 
-@dataclass(frozen=True, slots=True)
-class SloGate:
+class SloGate(NamedTuple):
     """A run under one SLO: the outcome and every target's check (see the module)."""
 
     outcome: GateOutcome
@@ -80,7 +81,7 @@ class SloGate:
     @property
     def worst_ratio(self) -> float:
         """max over the targets of observed/target (``inf``: failures; 0 without targets)."""
-        return max((c.ratio for c in self.checks), default=0.0)
+        return max([c.ratio for c in self.checks], default=0.0)
 
 
 def over_budget(requests: int, failed: int, max_error_rate: float) -> bool:
@@ -94,8 +95,8 @@ def slo_gate(slo: SLO, observed_ms: Mapping[SLOMetric, float | None], *, request
     ``slo.percentile`` over the gate's values (None: infinite, failed requests); a metric
     missing from it is not checked (a caller that cannot see one decides for itself).
     ``max_error_rate`` None: no error budget (live scoring applies it apart, before)."""
-    checks = tuple(_check(metric, target, observed_ms[metric])
-                   for metric, target in slo.targets.items() if metric in observed_ms)
+    checks = tuple([_check(metric, target, observed_ms[metric])
+                    for metric, target in slo.targets.items() if metric in observed_ms])
     if max_error_rate is not None and over_budget(requests, failed, max_error_rate):
         outcome: GateOutcome = "over_budget"
     elif requests == failed:
@@ -108,7 +109,7 @@ def slo_gate(slo: SLO, observed_ms: Mapping[SLOMetric, float | None], *, request
 
 
 def _check(metric: SLOMetric, target_ms: float, observed: float | None) -> GateCheck:
-    if observed is None or observed == float("inf"):
+    if observed is None or observed == math.inf:
         return GateCheck(metric, target_ms, None, False, CONSTRAINT_CAP, None)
     constraint = min(observed / target_ms - 1.0, CONSTRAINT_CAP)
     return GateCheck(metric, target_ms, observed, observed <= target_ms, constraint,

@@ -42,13 +42,14 @@ could beat its answer as worth re-measuring.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from workers.contracts import SLO, CapacityProbe, TrialResult, TrialSpec
+from workers.contracts import SLO, CapacityProbe, SLOMetric, TrialResult, TrialSpec
 from workers.gate import slo_gate
 from workers.loadgen.scoring import percentile_key
 
@@ -130,21 +131,27 @@ def probe_verdict(probe: CapacityProbe, slo: SLO, *, own_slo: SLO,
     if not probe.percentiles_ms or probe.num_requests is None:
         return verdict("unknown", "stored before probes kept their percentiles")
     key = percentile_key(slo.percentile)
-    kept = {metric: probe.percentiles_ms.get(metric, {}) for metric in slo.targets}
+    observed: dict[SLOMetric, float | None] = {}
+    not_kept: tuple[str, dict[str, float | None]] | None = None
+    for metric in slo.targets:
+        row = probe.percentiles_ms.get(metric, {})
+        if key in row:
+            observed[metric] = row[key]
+        elif not_kept is None:
+            not_kept = (metric, row)
     failed = probe.failed_requests or 0
-    gate = slo_gate(slo, {metric: row[key] for metric, row in kept.items() if key in row},
-                    requests=probe.num_requests, failed=failed,
+    gate = slo_gate(slo, observed, requests=probe.num_requests, failed=failed,
                     max_error_rate=max_error_rate)
     if gate.outcome == "over_budget":
         return verdict("fail", f"{failed} of {probe.num_requests} requests failed")
     if gate.outcome == "none_completed":
         return verdict("fail", "no request completed")
-    for metric, row in kept.items():
-        if key not in row:
-            return verdict("unknown", f"{key} {metric} was not kept (kept: "
-                           f"{', '.join(row) or 'none'})")
+    if not_kept is not None:
+        missing, row = not_kept
+        return verdict("unknown", f"{key} {missing} was not kept (kept: "
+                       f"{', '.join(row) or 'none'})")
     worst = gate.worst_ratio
-    finite = worst if worst != float("inf") else None
+    finite = worst if worst != math.inf else None
     if gate.outcome == "targets_broken":
         # Worded as stored verdicts always were: an infinite percentile names no target.
         return verdict("fail", "; ".join(
