@@ -52,6 +52,7 @@ from workers.contracts import (
     TrialSpec,
     Workload,
 )
+from workers.gate import slo_gate
 from workers.loadgen.client import RequestRecord
 from workers.loadgen.runner import BenchmarkRun, SendLag
 from workers.loadgen.scoring import (
@@ -294,8 +295,11 @@ def probe_workload(spec: TrialSpec, rate: float, index: int, run: int = 0,
 
 def over_error_budget(spec: TrialSpec, score: Score, records: Sequence[RequestRecord]
                       ) -> str | None:
-    """Why a run failed too many requests to be scored, or None."""
-    if not score.num_requests or score.failed / score.num_requests <= spec.max_error_rate:
+    """Why a run failed too many requests to be scored, or None (the gate's budget)."""
+    gate = slo_gate(spec.slo, {c.metric: c.observed_ms for c in score.checks},
+                    requests=score.num_requests, failed=score.failed,
+                    max_error_rate=spec.max_error_rate)
+    if gate.outcome != "over_budget":
         return None
     errors = sorted({r.error for r in records if r.error})[:3]
     return (f"{score.failed} of {score.num_requests} requests failed (bound "

@@ -30,6 +30,7 @@ from rich.table import Table
 from tuner.cli.output import make_console, spreadsheet_cell
 from tuner.db.errors import Conflict, NotFound, StorageError, exit_code
 from tuner.db.records import BestConfig, SweepRecord
+from tuner.db.snapshot import load_workload
 from tuner.planning.answer import capacity_text, sweep_answer
 from tuner.settings import database_digest, default_data_dir, get_settings, redact_url
 from tuner.strategies import DEFAULT_STRATEGY
@@ -274,7 +275,7 @@ def _finish(store: Any, sweep: SweepRecord, console: Console,
         console.print("winner of this sweep:")
         console.print(f"  {vllm_command(sweep.model, trial.config)}", soft_wrap=True,
                       highlight=False)
-        answer = sweep_answer(store, sweep)
+        answer = sweep_answer(load_workload(store, sweep.workload), sweep)
         if answer is not None:
             console.print(f"[bold]answer:[/] {answer.sentence}", soft_wrap=True,
                           highlight=False)
@@ -312,7 +313,7 @@ def _finish_json(store: Any, sweep: SweepRecord, report_dir: Path | None,
     if progress.best_trial_id is not None and progress.best_objective:
         trial = store.get_trial(progress.best_trial_id)
         fields["vllm_command"] = vllm_command(sweep.model, trial.config)
-        answer = sweep_answer(store, sweep)
+        answer = sweep_answer(load_workload(store, sweep.workload), sweep)
         fields["answer"] = answer.sentence if answer is not None else None
     else:
         fields["unconfirmed"] = progress.unconfirmed

@@ -7,12 +7,12 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Response, status
 
-from tuner.api.deps import SettingsDep, StoreDep, UniqueKeys, WriterDep
+from tuner.api.deps import ReadCacheDep, SettingsDep, StoreDep, UniqueKeys, WriterDep
 from tuner.api.errors import ERROR_RESPONSES, InvalidInput
 from tuner.api.params import Limit, NameFilter, Offset, SweepId
 from tuner.api.schemas import CardOut, ListOut, SweepOut, TrialOut
 from tuner.db.models import SweepStatus, SweepTrialStatus, TrialRole
-from tuner.report import render_report
+from tuner.report import build_report, render
 from tuner.spaces import SpaceError
 from tuner.sweep.placement import declared_cluster, unplaceable_layouts
 from tuner.sweep.request import REQUEST_ERRORS, SweepRequest, queue_sweep, resolve
@@ -104,9 +104,11 @@ def list_cards(sweep_id: SweepId, store: StoreDep) -> ListOut[CardOut]:
 
 @router.get("/{sweep_id}/report", response_class=Response,
             responses={200: {"content": {"text/html": {}, "text/markdown": {}}}})
-def sweep_report(sweep_id: SweepId, store: StoreDep,
+def sweep_report(sweep_id: SweepId, cache: ReadCacheDep,
                  format: Annotated[Literal["html", "md"], Query()] = "html") -> Response:
-    """The sweep's report, rendered by :mod:`tuner.report` (HTML or Markdown)."""
-    text = render_report(store, sweep_id, format)
+    """The sweep's report, rendered by :mod:`tuner.report` (HTML or Markdown) from its
+    workload's snapshot, once per change of it."""
+    text = cache.derived(cache.workload_of_sweep(sweep_id), ("report", sweep_id, format),
+                         lambda snapshot: render(build_report(snapshot, sweep_id), format))
     media = "text/html; charset=utf-8" if format == "html" else "text/markdown; charset=utf-8"
     return Response(text, media_type=media)
