@@ -2,10 +2,11 @@
 folder of the test session, never the developer's data directory. A run that sets the
 variable itself (CI keeping compiled vLLM caches between runs) keeps its own.
 
-Under pytest-xdist (``scripts/test.sh``) each worker gets a ``TMPDIR`` of its own before
-any test runs: every process its tests start inherits it (engines too: it is one of
-``BASE_ENV``), which is how ``tests/support/procscan.py`` tells this worker's engines from the
-other's, and Ray's session folders of the two workers never meet. Short (Ray's Unix
+Each test session — a pytest-xdist worker (``scripts/test.sh``) or a plain run — gets a
+``TMPDIR`` of its own before any test runs: every process its tests start inherits it
+(engines too: it is one of ``BASE_ENV``), which is how ``tests/support/procscan.py`` tells this
+session's engines from another's (the other worker's, or another checkout's run on the
+same machine), and Ray's session folders of two sessions never meet. Short (Ray's Unix
 sockets live under it, within a 107-byte path)."""
 
 from __future__ import annotations
@@ -28,13 +29,17 @@ except ImportError:  # earlier: the _nodeid pytest-xdist writes is the id
 pytest_plugins = ["tests.support.postgres", "tests.support.rescored"]
 
 
+SESSION_TMPDIR = "SLOTUNE_TEST_TMPDIR"
+"""The session's own ``TMPDIR``, as ``tests/support/procscan.py`` reads it."""
+
+
 def pytest_configure(config: pytest.Config) -> None:
     worker = os.environ.get("PYTEST_XDIST_WORKER")
-    if not worker:
-        return
-    own = os.path.join(tempfile.gettempdir(), f"{worker}-{os.getpid()}")
+    if not worker and getattr(config.option, "numprocesses", None):
+        return  # pytest-xdist's controller runs no test; each worker takes its own
+    own = os.path.join(tempfile.gettempdir(), f"{worker or 'run'}-{os.getpid()}")
     os.makedirs(own, exist_ok=True)
-    os.environ["TMPDIR"] = own
+    os.environ["TMPDIR"] = os.environ[SESSION_TMPDIR] = own
     tempfile.tempdir = None  # tempfile caches the folder it found first
     # execnet starts the workers with COLUMNS=80 and LINES=24; the CLI reads COLUMNS as
     # the width of a file or pipe, and a plain run has neither.
@@ -78,8 +83,9 @@ def _uses_a_module_fixture(item: pytest.Item) -> bool:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    if os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("TMPDIR"):
-        shutil.rmtree(os.environ["TMPDIR"], ignore_errors=True)
+    own = os.environ.pop(SESSION_TMPDIR, None)
+    if own:
+        shutil.rmtree(own, ignore_errors=True)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -1,9 +1,10 @@
 """Find processes: by the run marker every engine carries (``SLOTUNE_RUN_ID``), by parent.
 
-Under pytest-xdist two workers start engines with the same run ids (each has a fresh
-database, so both have a ``s1-t1-a1``): a worker sees only the engines started under its
-own ``TMPDIR`` (``tests/conftest.py`` gives each worker one, and every engine inherits it),
-so a test never counts — or kills — the other worker's engines.
+Two test sessions start engines with the same run ids (each has a fresh database, so
+both have a ``s1-t1-a1``): the two workers of one run, or two checkouts tested on one
+machine. A session sees only the engines started under its own ``TMPDIR``
+(``tests/conftest.py`` gives each session one, and every engine inherits it), so a test
+never counts — or kills — another session's engines.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from pathlib import Path
 def engine_pids(run_id: str | None = None) -> list[int]:
     """PIDs of live processes whose environment names a slotune run (or this one)."""
     needle = b"SLOTUNE_RUN_ID=" + (run_id.encode() + b"\0" if run_id else b"")
-    worker_tmp = (b"TMPDIR=" + os.environ["TMPDIR"].encode() + b"\0"
-                  if os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("TMPDIR") else b"")
+    own = os.environ.get("SLOTUNE_TEST_TMPDIR")
+    session_tmp = b"TMPDIR=" + own.encode() + b"\0" if own else b""
     pids = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -28,7 +29,7 @@ def engine_pids(run_id: str | None = None) -> list[int]:
             continue
         if "State:\tZ" in status:
             continue  # a zombie holds nothing; its parent just has not reaped it yet
-        if needle in environ and worker_tmp in environ:
+        if needle in environ and session_tmp in environ:
             pids.append(int(proc.name))
     return pids
 

@@ -18,6 +18,7 @@ from slotune.tuner.api.access_log import install_access_log_redaction
 from slotune.tuner.api.deps import require_reader
 from slotune.tuner.api.errors import install_error_handlers
 from slotune.tuner.api.middleware import BodySizeLimit
+from slotune.tuner.api.read_cache import ReadCache
 from slotune.tuner.api.routes import capacity, dashboard, health, sweeps, workloads
 from slotune.tuner.db.store import Store
 from slotune.tuner.settings import Settings, get_settings
@@ -55,6 +56,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
     )
     app.state.settings = settings
     app.state.store = store
+    app.state.read_cache = ReadCache(store)
     install_error_handlers(app)
 
     api = APIRouter(prefix=API_PREFIX)

@@ -1,12 +1,13 @@
 """Dependencies of the API's handlers: the store, the settings, and who may read or write.
 
-``StoreDep`` and ``SettingsDep`` hand a handler what :func:`slotune.tuner.api.app.create_app` put
-on ``app.state``. ``WriterDep`` guards every write (``Authorization: Bearer
-<SLOTUNE_API_TOKEN>``), ``ReaderDep`` every read when ``SLOTUNE_API_READ_TOKEN`` is set.
-Tokens are compared with :func:`hmac.compare_digest` (no timing oracle) and never logged
-or echoed back. A server without a write token refuses writes: an open write API that
-queues GPU-hours of work is not a safe default. ``UniqueKeys`` refuses a JSON body that
-gives one key twice, as spaces and workloads in YAML are refused (the last one would win).
+``StoreDep``, ``ReadCacheDep`` and ``SettingsDep`` hand a handler what
+:func:`slotune.tuner.api.app.create_app` put on ``app.state``. ``WriterDep`` guards every write
+(``Authorization: Bearer <SLOTUNE_API_TOKEN>``), ``ReaderDep`` every read when
+``SLOTUNE_API_READ_TOKEN`` is set. Tokens are compared with :func:`hmac.compare_digest`
+(no timing oracle) and never logged or echoed back. A server without a write token
+refuses writes: an open write API that queues GPU-hours of work is not a safe default.
+``UniqueKeys`` refuses a JSON body that gives one key twice, as spaces and workloads in
+YAML are refused (the last one would win).
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import SecretStr
 
 from slotune.tuner.api.errors import InvalidInput
+from slotune.tuner.api.read_cache import ReadCache
 from slotune.tuner.db.store import Store
 from slotune.tuner.settings import Settings
 from slotune.workers.safe_yaml import DuplicateKeyError, unique_keys
 
 __all__ = [
+    "ReadCacheDep",
     "ReaderDep",
     "SettingsDep",
     "StoreDep",
@@ -53,7 +56,14 @@ def get_settings_dep(request: Request) -> Settings:
     return settings
 
 
+def get_read_cache(request: Request) -> ReadCache:
+    cache: ReadCache = request.app.state.read_cache
+    return cache
+
+
 StoreDep = Annotated[Store, Depends(get_store)]
+ReadCacheDep = Annotated[ReadCache, Depends(get_read_cache)]
+"""The read path's snapshots (:mod:`slotune.tuner.api.read_cache`): the frontier, reports, plans."""
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 
 

@@ -13,6 +13,7 @@ none named, a database not migrated); 3 measured, but no configuration met the S
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import sys
@@ -60,6 +61,7 @@ def plan_command(
     from slotune.tuner.api.errors import InvalidInput
     from slotune.tuner.api.routes.capacity import answer
     from slotune.tuner.api.schemas import CapacityIn
+    from slotune.tuner.db.snapshot import load_workload
     from slotune.tuner.db.store import Store
     from slotune.tuner.planning.planner import NothingMeasured, PlanError, SloNeverMet
 
@@ -80,7 +82,7 @@ def plan_command(
     try:
         with Store(url) as store:
             store.check_schema()
-            out = answer(question, store, settings)
+            out = answer(question, functools.partial(load_workload, store), settings)
     except InvalidInput as exc:
         raise _fail(f"--slo {slo!r}: {exc.msg}", 2) from None
     except StorageError as exc:
@@ -117,6 +119,7 @@ def frontier_command(
     named)."""
     from slotune.tuner.api.errors import InvalidInput
     from slotune.tuner.api.params import canonical_slo
+    from slotune.tuner.db.snapshot import load_workload
     from slotune.tuner.db.store import NotFound, Store
     from slotune.tuner.planning.frontier import build_frontier, to_csv
     from slotune.tuner.planning.planner import NothingMeasured, PlanError
@@ -134,7 +137,8 @@ def frontier_command(
     try:
         with Store(database_url or settings.database.url) as store:
             store.check_schema()
-            answer = build_frontier(store, workload=workload, model=model, gpu=gpu, slo=key,
+            answer = build_frontier(load_workload(store, workload), model=model, gpu=gpu,
+                                    slo=key,
                                     gpu_prices=settings.planner.prices(None))
     except NotFound as exc:
         raise _fail(str(exc), 2) from None

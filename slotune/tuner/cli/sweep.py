@@ -30,6 +30,7 @@ from rich.table import Table
 from slotune.tuner.cli.output import make_console, spreadsheet_cell
 from slotune.tuner.db.errors import Conflict, NotFound, StorageError, exit_code
 from slotune.tuner.db.records import BestConfig, SweepRecord
+from slotune.tuner.db.snapshot import load_workload
 from slotune.tuner.planning.answer import capacity_text, sweep_answer
 from slotune.tuner.settings import database_digest, default_data_dir, get_settings, redact_url
 from slotune.tuner.strategies import DEFAULT_STRATEGY
@@ -280,7 +281,7 @@ def _finish(store: Any, sweep: SweepRecord, console: Console,
         console.print("winner of this sweep:")
         console.print(f"  {vllm_command(sweep.model, trial.config)}", soft_wrap=True,
                       highlight=False)
-        answer = sweep_answer(store, sweep)
+        answer = sweep_answer(load_workload(store, sweep.workload), sweep)
         if answer is not None:
             console.print(f"[bold]answer:[/] {answer.sentence}", soft_wrap=True,
                           highlight=False)
@@ -318,7 +319,7 @@ def _finish_json(store: Any, sweep: SweepRecord, report_dir: Path | None,
     if progress.best_trial_id is not None and progress.best_objective:
         trial = store.get_trial(progress.best_trial_id)
         fields["vllm_command"] = vllm_command(sweep.model, trial.config)
-        answer = sweep_answer(store, sweep)
+        answer = sweep_answer(load_workload(store, sweep.workload), sweep)
         fields["answer"] = answer.sentence if answer is not None else None
     else:
         fields["unconfirmed"] = progress.unconfirmed

@@ -208,6 +208,8 @@ class Sweep(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    row_version: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    """Bumped by the database on every update (migration 0011): the read cache's change key."""
 
 
 class SweepTrial(Base):
@@ -273,6 +275,8 @@ class SweepTrial(Base):
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    row_version: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    """Bumped by the database on every update (migration 0011): the read cache's change key."""
 
 
 class ExperimentCardRow(Base):
@@ -304,6 +308,8 @@ class ExperimentCardRow(Base):
     rollback: Mapped[Any | None] = mapped_column(JSONType)
     """What to return to if the hypothesis is rejected (a config, or a sentence)."""
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    row_version: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    """Bumped by the database on every update (migration 0011): the read cache's change key."""
 
 
 OUR_TABLES = tuple(Base.metadata.tables)

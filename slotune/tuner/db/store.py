@@ -19,33 +19,30 @@ hands when its holder's lease was seen standing still for the stale window on th
 own monotonic clock (:mod:`slotune.tuner.db.lease_watch`), never by comparing wall clocks.
 
 The schema comes from the migrations (``slotune db upgrade``); the store never creates it.
+
+The store is a façade: each concern is a repository of its own (:mod:`slotune.tuner.db._workloads`,
+:mod:`~slotune.tuner.db._sweeps`, :mod:`~slotune.tuner.db._leases`,
+:mod:`~slotune.tuner.db._trials`, :mod:`~slotune.tuner.db._cards`, :mod:`~slotune.tuner.db._views`)
+over one session factory and the one session helper (:mod:`slotune.tuner.db._repository`); this
+class keeps the one API callers use.
 """
 
 from __future__ import annotations
 
-import json
-import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from types import TracebackType
-from typing import Any, Literal, Self, TypeVar, cast
+from typing import Any, Literal, Self
 
-from sqlalchemy import (
-    ColumnElement,
-    CursorResult,
-    Select,
-    Update,
-    and_,
-    case,
-    func,
-    or_,
-    select,
-    true,
-    update,
-)
 from sqlalchemy.orm import Session, sessionmaker
 
+from slotune.tuner.db._cards import CardRepository
+from slotune.tuner.db._leases import LeaseRepository
+from slotune.tuner.db._sweeps import SweepRepository, slo_key, study_name_for
+from slotune.tuner.db._trials import TrialRepository
+from slotune.tuner.db._views import ViewRepository
+from slotune.tuner.db._workloads import WorkloadRepository
 from slotune.tuner.db.errors import (
     Conflict,
     LeaseLost,
@@ -54,24 +51,14 @@ from slotune.tuner.db.errors import (
     StorageError,
     StorageUnavailable,
 )
-from slotune.tuner.db.lease_watch import LeaseSighting, SilenceWatch
 from slotune.tuner.db.models import (
-    SWEEP_STATUSES,
-    UNFINISHED_TRIAL_STATUSES,
-    ExperimentCardRow,
-    Sweep,
     SweepStatus,
-    SweepTrial,
     TrialRole,
     Verdict,
-    WorkloadRow,
-    best_config_view,
-    no_passing_view,
 )
 from slotune.tuner.db.records import (
     BestConfig,
     CardRecord,
-    EquivalentConfig,
     ExecutorChoice,
     Lease,
     NoPassingConfig,
@@ -80,19 +67,10 @@ from slotune.tuner.db.records import (
     SweepRecord,
     TrialRecord,
     WorkloadRecord,
-    overlaps,
-    per_gpu_interval,
 )
 from slotune.tuner.db.session import db_now, make_db_engine, session_scope
 from slotune.tuner.settings import Settings, get_settings, redact_url
-from slotune.workers.contracts import (
-    SLO,
-    ObjectiveMode,
-    TrialResult,
-    TrialSpec,
-    Workload,
-    replica_gpus,
-)
+from slotune.workers.contracts import SLO, ObjectiveMode, TrialResult, TrialSpec, Workload
 
 __all__ = [
     "BestConfig",
@@ -118,28 +96,6 @@ __all__ = [
 ]
 
 
-# Which states a sweep may enter a state from. "queued" from failed/cancelled is resume.
-_SWEEP_SOURCES: dict[str, tuple[str, ...]] = {
-    "queued": ("failed", "cancelled"),
-    "running": ("queued",),
-    "done": ("running",),
-    "failed": ("queued", "running"),
-    "cancelled": ("queued", "running"),
-}
-_TERMINAL = ("done", "failed", "cancelled")
-
-
-def study_name_for(sweep_id: int) -> str:
-    """The Optuna study name a sweep gets unless told otherwise."""
-    return f"slotune-sweep-{sweep_id}"
-
-
-def slo_key(slo: SLO) -> str:
-    """Canonical JSON of an SLO (sorted keys, no unset targets): equal SLOs, equal keys."""
-    return json.dumps(slo.model_dump(mode="json", exclude_none=True), sort_keys=True,
-                      separators=(",", ":"))
-
-
 class Store:
     """Sessions over one database. Thread-safe: each call opens its own session.
 
@@ -151,8 +107,15 @@ class Store:
         self._url = url
         self._engine = make_db_engine(url, echo=echo)
         self._sessions = sessionmaker(self._engine, expire_on_commit=False)
-        self._watch = SilenceWatch()
-        """What this store saw of other coordinators' leases, and since when."""
+        # One repository per concern, all on this one session factory: each call still
+        # opens its own session, so the store stays thread-safe.
+        self._workloads = WorkloadRepository(self._sessions)
+        self._sweeps = SweepRepository(self._sessions)
+        self._leases = LeaseRepository(self._sessions)
+        """Holds what this store saw of other coordinators' leases, and since when."""
+        self._trials = TrialRepository(self._sessions)
+        self._cards = CardRepository(self._sessions)
+        self._views = ViewRepository(self._sessions)
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None) -> Store:
@@ -197,26 +160,19 @@ class Store:
     def _session(self) -> AbstractContextManager[Session]:
         return session_scope(self._sessions)
 
-    # --- workloads ---------------------------------------------------------------------
+    # --- workloads ------------------------------------------------------------------
 
     def upsert_workload(self, workload: Workload) -> WorkloadRecord:
         """Store ``workload`` under its name; an existing one gets the new spec."""
-        def write() -> WorkloadRecord:
-            with self._session() as session:
-                return WorkloadRecord.model_validate(_upsert_workload(session, workload))
-
-        return _again_on_conflict(write)
+        return self._workloads.upsert_workload(workload)
 
     def get_workload(self, name: str) -> WorkloadRecord:
-        with self._session() as session:
-            return WorkloadRecord.model_validate(_workload_by_name(session, name))
+        return self._workloads.get_workload(name)
 
     def list_workloads(self) -> list[WorkloadRecord]:
-        with self._session() as session:
-            rows = session.scalars(select(WorkloadRow).order_by(WorkloadRow.name))
-            return [WorkloadRecord.model_validate(row) for row in rows]
+        return self._workloads.list_workloads()
 
-    # --- sweeps --------------------------------------------------------------------------
+    # --- sweeps ---------------------------------------------------------------------
 
     def create_sweep(
         self,
@@ -244,39 +200,13 @@ class Store:
         ``optuna_study_name`` defaults to :func:`study_name_for` of the new id; a name
         already used by another sweep is a :class:`Conflict`.
         """
-        return _again_on_conflict(lambda: self._create_sweep(
+        return self._sweeps.create_sweep(
             name=name, workload=workload, slo=slo, space=space, model=model, gpu=gpu,
             strategy=strategy, mode=mode, budget=budget, seed=seed, owner=owner,
-            optuna_study_name=optuna_study_name, claimed_by=claimed_by, executor=executor))
-
-    def _create_sweep(self, *, name: str, workload: Workload, slo: SLO,
-                      space: Mapping[str, Any], model: str, gpu: str, strategy: str,
-                      mode: ObjectiveMode, budget: Mapping[str, Any] | None, seed: int,
-                      owner: str | None, optuna_study_name: str | None,
-                      claimed_by: str | None, executor: ExecutorChoice | None) -> SweepRecord:
-        with self._session() as session:
-            now = db_now(session)
-            workload_row = _upsert_workload(session, workload)
-            sweep = Sweep(
-                name=name, workload_id=workload_row.id, space=dict(space),
-                slo=slo.model_dump(mode="json"), slo_key=slo_key(slo), model=model, gpu=gpu,
-                strategy=strategy, mode=mode, status="queued", budget=dict(budget or {}),
-                seed=seed, progress={}, owner=owner, optuna_study_name=optuna_study_name,
-                created_at=now, executor=executor.model_dump() if executor else None,
-            )
-            if claimed_by is not None:
-                sweep.status, sweep.claimed_by, sweep.lease_epoch = "running", claimed_by, 1
-                sweep.heartbeat_at = sweep.started_at = now
-            session.add(sweep)
-            session.flush()
-            if sweep.optuna_study_name is None:
-                sweep.optuna_study_name = study_name_for(sweep.id)
-                session.flush()
-            return _sweep_record(sweep, workload_row.name)
+            optuna_study_name=optuna_study_name, claimed_by=claimed_by, executor=executor)
 
     def get_sweep(self, sweep_id: int) -> SweepRecord:
-        with self._session() as session:
-            return _sweep_record(*_sweep_with_workload(session, sweep_id))
+        return self._sweeps.get_sweep(sweep_id)
 
     def list_sweeps(
         self,
@@ -288,23 +218,40 @@ class Store:
         limit: int | None = 50,
     ) -> Page[SweepRecord]:
         """Sweeps, newest first, filtered; ``count`` is the total before paging."""
-        filters: list[ColumnElement[bool]] = []
-        if status is not None:
-            statuses = [status] if isinstance(status, str) else list(status)
-            filters.append(Sweep.status.in_(statuses))
-        if workload is not None:
-            filters.append(WorkloadRow.name == workload)
-        if owner is not None:
-            filters.append(Sweep.owner == owner)
-        query = (select(Sweep, WorkloadRow.name).join(WorkloadRow, Sweep.workload_id
-                                                      == WorkloadRow.id).where(*filters))
-        with self._session() as session:
-            count = _count(session, query)
-            page = query.order_by(Sweep.created_at.desc(), Sweep.id.desc()).offset(offset)
-            if limit is not None:
-                page = page.limit(limit)
-            rows = session.execute(page).all()
-            return Page(data=[_sweep_record(s, n) for s, n in rows], count=count)
+        return self._sweeps.list_sweeps(
+            status=status, workload=workload, owner=owner, offset=offset, limit=limit)
+
+    def update_sweep(
+        self,
+        sweep_id: int,
+        *,
+        status: SweepStatus | None = None,
+        progress: Mapping[str, Any] | None = None,
+        stop_reason: str | None = None,
+        optuna_study_name: str | None = None,
+        lease: Lease | None = None,
+    ) -> SweepRecord:
+        """Change what is given. A status change must be allowed from the current status
+        (queued → running → done/failed; queued/running → cancelled; failed/cancelled →
+        queued to resume), else :class:`Conflict` — e.g. a cancelled sweep stays cancelled
+        when its coordinator reports ``done`` a moment later. Under ``lease`` the change
+        is made only while the lease is current (:class:`LeaseLost`)."""
+        return self._sweeps.update_sweep(
+            sweep_id, status=status, progress=progress, stop_reason=stop_reason,
+            optuna_study_name=optuna_study_name, lease=lease)
+
+    def cancel_sweep(self, sweep_id: int, reason: str = "cancelled") -> SweepRecord:
+        """Mark the sweep cancelled (its coordinator sees it at its next heartbeat).
+
+        Idempotent on a cancelled sweep; :class:`Conflict` on a finished one.
+        """
+        return self._sweeps.cancel_sweep(sweep_id, reason)
+
+    def requeue_sweep(self, sweep_id: int) -> SweepRecord:
+        """Resume a failed or cancelled sweep: back to queued for a coordinator to claim."""
+        return self._sweeps.requeue_sweep(sweep_id)
+
+    # --- leases ---------------------------------------------------------------------
 
     def claim_sweep(self, sweep_id: int, coordinator: str, *,
                     stale_after_s: float | None = None,
@@ -322,16 +269,8 @@ class Store:
         any earlier one are refused from now on. A sweep that never recorded its
         executor records ``executor`` with the claim.
         """
-        with self._session() as session:
-            silent = None
-            if stale_after_s:
-                row = session.execute(select(Sweep.status, *_SIGHTING_COLUMNS)
-                                      .where(Sweep.id == sweep_id)).one_or_none()
-                if row is not None and row.status == "running" \
-                        and row.claimed_by != coordinator:
-                    silent = self._silent(sweep_id, _sighting(row), stale_after_s)
-            return self._claim(session, sweep_id, coordinator, forced=stale_after_s == 0,
-                               silent=silent, executor=executor)
+        return self._leases.claim_sweep(
+            sweep_id, coordinator, stale_after_s=stale_after_s, executor=executor)
 
     def claim_next_sweep(self, coordinator: str, *, stale_after_s: float | None = None,
                          executor: ExecutorChoice | None = None) -> SweepRecord | None:
@@ -339,66 +278,8 @@ class Store:
         that ``executor`` may run: one recorded on another kind of executor is left for
         a resume that names it (its trials would be measured another way). The executor
         is matched in the query, so no number of other sweeps hides a claimable one."""
-        here = _runs_on(executor)
-        with self._session() as session:
-            queued = session.execute(
-                select(Sweep.id, Sweep.created_at).where(Sweep.status == "queued", here)
-                .order_by(Sweep.created_at, Sweep.id).limit(_CLAIM_BATCH)).all()
-            candidates: list[tuple[datetime, int, LeaseSighting | None]] = [
-                (created, sweep_id, None) for sweep_id, created in queued]
-            if stale_after_s is not None:
-                running = session.execute(
-                    select(Sweep.id, Sweep.created_at, *_SIGHTING_COLUMNS,
-                           case((here, 1), else_=0).label("here"))
-                    .where(Sweep.status == "running")).all()
-                self._watch.keep_only(row.id for row in running)
-                for row in running:
-                    if not row.here:
-                        continue
-                    sighting = _sighting(row)
-                    if stale_after_s == 0 or self._silent(row.id, sighting, stale_after_s):
-                        candidates.append((row.created_at, row.id, sighting))
-        candidates.sort(key=lambda candidate: candidate[:2])
-        for _, sweep_id, silent in candidates:  # another coordinator may win: try the next
-            with self._session() as session:
-                claimed = self._claim(session, sweep_id, coordinator,
-                                      forced=stale_after_s == 0, silent=silent,
-                                      executor=executor)
-            if claimed is not None:
-                return claimed
-        return None
-
-    def _silent(self, sweep_id: int, sighting: LeaseSighting,
-                stale_after_s: float) -> LeaseSighting | None:
-        """``sighting`` when this store has seen it unchanged for the window, else None."""
-        return sighting if self._watch.silent_for(sweep_id, sighting) >= stale_after_s \
-            else None
-
-    def _claim(self, session: Session, sweep_id: int, coordinator: str, *, forced: bool,
-               silent: LeaseSighting | None,
-               executor: ExecutorChoice | None) -> SweepRecord | None:
-        """One conditional UPDATE: queued, or running and ours, or (taking over) running
-        under exactly the lease seen silent — a heartbeat since makes it match nothing."""
-        now = db_now(session)
-        takeover: list[ColumnElement[bool]] = [Sweep.claimed_by == coordinator]
-        if forced:
-            takeover.append(true())
-        elif silent is not None:
-            takeover.append(_unchanged(silent))
-        claimable = or_(Sweep.status == "queued",
-                        and_(Sweep.status == "running", or_(*takeover)))
-        claimed = _rowcount(session, update(Sweep).where(Sweep.id == sweep_id, claimable)
-                            .values(status="running", claimed_by=coordinator,
-                                    heartbeat_at=now, lease_epoch=Sweep.lease_epoch + 1,
-                                    started_at=func.coalesce(Sweep.started_at, now)))
-        sweep, name = _sweep_with_workload(session, sweep_id)
-        if not claimed:
-            return None
-        self._watch.forget(sweep_id)
-        if sweep.executor is None and executor is not None:
-            sweep.executor = executor.model_dump()
-            session.flush()
-        return _sweep_record(sweep, name)
+        return self._leases.claim_next_sweep(
+            coordinator, stale_after_s=stale_after_s, executor=executor)
 
     def heartbeat_sweep(self, lease: Lease) -> None:
         """Say the lease's holder is still running the sweep.
@@ -407,72 +288,9 @@ class Store:
         elsewhere); :class:`Conflict` when it is no longer running (cancelled, finished).
         Either way the coordinator should stop.
         """
-        with self._session() as session:
-            _hold(session, lease)
-            done = _rowcount(session, update(Sweep).where(
-                Sweep.id == lease.sweep_id, Sweep.status == "running",
-            ).values(heartbeat_at=db_now(session)))
-            if not done:
-                sweep, _ = _sweep_with_workload(session, lease.sweep_id)
-                raise Conflict(f"sweep {lease.sweep_id} is {sweep.status}")
+        return self._leases.heartbeat_sweep(lease)
 
-    def update_sweep(
-        self,
-        sweep_id: int,
-        *,
-        status: SweepStatus | None = None,
-        progress: Mapping[str, Any] | None = None,
-        stop_reason: str | None = None,
-        optuna_study_name: str | None = None,
-        lease: Lease | None = None,
-    ) -> SweepRecord:
-        """Change what is given. A status change must be allowed from the current status
-        (queued → running → done/failed; queued/running → cancelled; failed/cancelled →
-        queued to resume), else :class:`Conflict` — e.g. a cancelled sweep stays cancelled
-        when its coordinator reports ``done`` a moment later. Under ``lease`` the change
-        is made only while the lease is current (:class:`LeaseLost`)."""
-        values: dict[str, Any] = {}
-        if progress is not None:
-            values["progress"] = dict(progress)
-        if stop_reason is not None:
-            values["stop_reason"] = stop_reason
-        if optuna_study_name is not None:
-            values["optuna_study_name"] = optuna_study_name
-        where: list[ColumnElement[bool]] = [Sweep.id == sweep_id]
-        if status is not None:
-            if status not in SWEEP_STATUSES:
-                raise ValueError(f"unknown sweep status {status!r}; valid: {SWEEP_STATUSES}")
-            where.append(Sweep.status.in_(_SWEEP_SOURCES[status]))
-            values["status"] = status
-        with self._session() as session:
-            if status is not None:
-                values.update(_status_timestamps(status, db_now(session)))
-            if lease is not None:
-                _hold(session, _same_sweep(lease, sweep_id))
-            if values:
-                changed = _rowcount(session, update(Sweep).where(*where).values(**values))
-                if not changed:
-                    sweep, _ = _sweep_with_workload(session, sweep_id)
-                    raise Conflict(f"sweep {sweep_id} is {sweep.status}; it cannot become "
-                                   f"{status}")
-            return _sweep_record(*_sweep_with_workload(session, sweep_id))
-
-    def cancel_sweep(self, sweep_id: int, reason: str = "cancelled") -> SweepRecord:
-        """Mark the sweep cancelled (its coordinator sees it at its next heartbeat).
-
-        Idempotent on a cancelled sweep; :class:`Conflict` on a finished one.
-        """
-        with self._session() as session:
-            sweep, name = _sweep_with_workload(session, sweep_id)
-            if sweep.status == "cancelled":
-                return _sweep_record(sweep, name)
-        return self.update_sweep(sweep_id, status="cancelled", stop_reason=reason)
-
-    def requeue_sweep(self, sweep_id: int) -> SweepRecord:
-        """Resume a failed or cancelled sweep: back to queued for a coordinator to claim."""
-        return self.update_sweep(sweep_id, status="queued")
-
-    # --- trials --------------------------------------------------------------------------
+    # --- trials ---------------------------------------------------------------------
 
     def start_trial(
         self,
@@ -492,35 +310,14 @@ class Store:
         ``config`` is stored as the spec's full engine flags (fixed args + knobs), else
         the params. The same (sweep, number, attempt) twice is a :class:`Conflict`.
         """
-        config = dict(spec.engine_flags) if spec is not None else dict(params)
-        with self._session() as session:
-            now = db_now(session)
-            _sweep_with_workload(session, sweep_id)  # NotFound rather than an FK error
-            if lease is not None:
-                _hold(session, _same_sweep(lease, sweep_id))
-            trial = SweepTrial(
-                sweep_id=sweep_id, number=number, attempt=attempt, params=dict(params),
-                config=config, gpus=replica_gpus(config),
-                spec=spec.model_dump(mode="json") if spec else None,
-                status=status, confirmed=False, worker=worker, node=node,
-                started_at=now if status == "running" else None, heartbeat_at=now,
-                created_at=now,
-            )
-            session.add(trial)
-            session.flush()
-            return TrialRecord.model_validate(trial)
+        return self._trials.start_trial(
+            sweep_id, number=number, params=params, spec=spec, attempt=attempt, worker=worker,
+            node=node, status=status, lease=lease)
 
     def heartbeat_trial(self, trial_id: int, *, lease: Lease | None = None) -> None:
         """The trial is still being worked on; :class:`Conflict` once it has finished or is
         lost (its params were handed back for re-enqueue: stop and drop the result)."""
-        with self._session() as session:
-            _hold_for_trial(session, lease, trial_id)
-            done = _rowcount(session, update(SweepTrial).where(
-                SweepTrial.id == trial_id, SweepTrial.status.in_(UNFINISHED_TRIAL_STATUSES),
-            ).values(heartbeat_at=db_now(session)))
-            if not done:
-                trial = _get(session, SweepTrial, trial_id, "trial")
-                raise Conflict(f"trial {trial_id} is {trial.status}")
+        return self._trials.heartbeat_trial(trial_id, lease=lease)
 
     def finish_trial(self, trial_id: int, result: TrialResult, *,
                      lease: Lease | None = None) -> TrialRecord:
@@ -528,19 +325,7 @@ class Store:
         timings, and the whole result as JSON. Only an unfinished trial can finish
         (:class:`Conflict` otherwise, e.g. after orphan recovery marked it lost), and
         under ``lease`` only while the lease is current (:class:`LeaseLost`)."""
-        values = _result_values(result)
-        with self._session() as session:
-            values["finished_at"] = values["heartbeat_at"] = db_now(session)
-            _hold_for_trial(session, lease, trial_id)
-            trial = _get(session, SweepTrial, trial_id, "trial")
-            values["engine"] = (trial.spec or {}).get("engine")
-            done = _rowcount(session, update(SweepTrial).where(
-                SweepTrial.id == trial_id, SweepTrial.status.in_(UNFINISHED_TRIAL_STATUSES),
-            ).values(**values))
-            session.refresh(trial)  # the row as it is now (finished here, or before)
-            if not done:
-                raise Conflict(f"trial {trial_id} is already {trial.status}")
-            return TrialRecord.model_validate(trial)
+        return self._trials.finish_trial(trial_id, result, lease=lease)
 
     def record_trial(self, sweep_id: int, *, role: Literal["repeat", "baseline"], number: int,
                      params: Mapping[str, Any], spec: TrialSpec, result: TrialResult,
@@ -552,36 +337,9 @@ class Store:
         to re-enqueue. Its start is its finish less its measured wall time. Idempotent:
         the same (role, number, repeat, attempt) again returns the stored row, so a write
         retried after a lost reply (the database restarting) stores it once."""
-        if (role == "repeat") != (repeat_of is not None and repeat >= 1):
-            raise ValueError("a repeat row needs repeat_of and a repeat from 1; "
-                             "a baseline row has neither")
-        with self._session() as session:
-            now = db_now(session)
-            _sweep_with_workload(session, sweep_id)
-            if lease is not None:
-                _hold(session, _same_sweep(lease, sweep_id))
-            if repeat_of is not None:
-                original = _get(session, SweepTrial, repeat_of, "trial")
-                if original.sweep_id != sweep_id or original.role != "search":
-                    raise Conflict(f"trial {repeat_of} is not a search trial of sweep "
-                                   f"{sweep_id}: only those are repeated")
-            stored = session.scalars(select(SweepTrial).where(
-                SweepTrial.sweep_id == sweep_id, SweepTrial.role == role,
-                SweepTrial.number == number, SweepTrial.repeat == repeat,
-                SweepTrial.attempt == attempt)).first()
-            if stored is not None:
-                return TrialRecord.model_validate(stored)
-            trial = SweepTrial(
-                sweep_id=sweep_id, role=role, number=number, repeat=repeat,
-                repeat_of=repeat_of, attempt=attempt, params=dict(params),
-                config=dict(spec.engine_flags), gpus=spec.gpus,
-                spec=spec.model_dump(mode="json"), engine=spec.engine, confirmed=False,
-                worker=worker, created_at=now, heartbeat_at=now,
-                started_at=now - timedelta(seconds=result.timings.total_s),
-                **{**_result_values(result), "finished_at": now})
-            session.add(trial)
-            session.flush()
-            return TrialRecord.model_validate(trial)
+        return self._trials.record_trial(
+            sweep_id, role=role, number=number, params=params, spec=spec, result=result,
+            attempt=attempt, repeat=repeat, repeat_of=repeat_of, worker=worker, lease=lease)
 
     def recover_orphans(self, sweep_id: int, *, lease: Lease | None = None
                         ) -> list[OrphanTrial]:
@@ -594,31 +352,10 @@ class Store:
         while it is current: a coordinator that lost the sweep never marks its
         successor's trials lost.
         """
-        with self._session() as session:
-            now = db_now(session)
-            _sweep_with_workload(session, sweep_id)
-            if lease is not None:
-                _hold(session, _same_sweep(lease, sweep_id))
-            candidates = session.scalars(
-                select(SweepTrial)
-                .where(SweepTrial.sweep_id == sweep_id, SweepTrial.role == "search",
-                       SweepTrial.status.in_(UNFINISHED_TRIAL_STATUSES))
-                .order_by(SweepTrial.number, SweepTrial.attempt)).all()
-            orphans = []
-            for trial in candidates:
-                # Conditional, row by row: a result that lands meanwhile is kept, not lost
-                # (SQLite runs the SELECT above outside the write transaction).
-                if _rowcount(session, update(SweepTrial).where(
-                        SweepTrial.id == trial.id,
-                        SweepTrial.status.in_(UNFINISHED_TRIAL_STATUSES),
-                ).values(status="lost", failure_class="worker_lost", finished_at=now)):
-                    orphans.append(OrphanTrial(trial_id=trial.id, number=trial.number,
-                                               attempt=trial.attempt, params=trial.params))
-            return orphans
+        return self._trials.recover_orphans(sweep_id, lease=lease)
 
     def get_trial(self, trial_id: int) -> TrialRecord:
-        with self._session() as session:
-            return TrialRecord.model_validate(_get(session, SweepTrial, trial_id, "trial"))
+        return self._trials.get_trial(trial_id)
 
     def list_trials(
         self,
@@ -633,21 +370,8 @@ class Store:
         Optuna number then attempt; ``role`` ``repeat`` or ``baseline`` lists those boots
         instead, ``any`` every boot the sweep paid for (by number, role, repeat and
         attempt). ``count`` is before paging."""
-        query = select(SweepTrial).where(SweepTrial.sweep_id == sweep_id)
-        if role != "any":
-            query = query.where(SweepTrial.role == role)
-        if status is not None:
-            query = query.where(SweepTrial.status.in_([status] if isinstance(status, str)
-                                                      else list(status)))
-        with self._session() as session:
-            _sweep_with_workload(session, sweep_id)
-            count = _count(session, query)
-            page = query.order_by(SweepTrial.number, SweepTrial.role.desc(), SweepTrial.repeat,
-                                  SweepTrial.attempt).offset(offset)
-            if limit is not None:
-                page = page.limit(limit)
-            rows = session.scalars(page).all()
-            return Page(data=[TrialRecord.model_validate(r) for r in rows], count=count)
+        return self._trials.list_trials(
+            sweep_id, status=status, role=role, offset=offset, limit=limit)
 
     def set_capacity(self, trial_id: int, *, low: float, high: float | None, gpus: int,
                      repeats: int, capacity: float | None = None,
@@ -657,36 +381,17 @@ class Store:
         GPU; ``capacity`` None: the interval's geometric centre): the number every
         surface reads of the configuration from now on. Its search result stays in
         ``result``."""
-        centre = capacity if capacity is not None else \
-            low if high is None else math.sqrt(low * high)
-        with self._session() as session:
-            _hold_for_trial(session, lease, trial_id)
-            trial = _get(session, SweepTrial, trial_id, "trial")
-            if trial.status != "ok" or trial.role != "search":
-                raise Conflict(f"trial {trial_id} is a {trial.status} {trial.role} row; only "
-                               "an ok search trial carries a confirmed capacity")
-            trial.capacity, trial.capacity_low, trial.capacity_high = centre, low, high
-            trial.objective = centre / max(gpus, 1)
-            trial.repeats = repeats
-            session.flush()
-            return TrialRecord.model_validate(trial)
+        return self._trials.set_capacity(
+            trial_id, low=low, high=high, gpus=gpus, repeats=repeats, capacity=capacity,
+            lease=lease)
 
     def mark_confirmed(self, trial_id: int, confirmed: bool = True, *, repeats: int = 0,
                        lease: Lease | None = None) -> TrialRecord:
         """Mark an ``ok`` trial as confirmed (it held up in ``repeats`` re-runs); it then
         ranks first in ``best_config_per_workload``."""
-        with self._session() as session:
-            _hold_for_trial(session, lease, trial_id)
-            trial = _get(session, SweepTrial, trial_id, "trial")
-            if trial.status != "ok":
-                raise Conflict(f"trial {trial_id} is {trial.status}; only ok trials are "
-                               "confirmed")
-            trial.confirmed = confirmed
-            trial.repeats = repeats if confirmed else 0
-            session.flush()
-            return TrialRecord.model_validate(trial)
+        return self._trials.mark_confirmed(trial_id, confirmed, repeats=repeats, lease=lease)
 
-    # --- experiment cards ----------------------------------------------------------------
+    # --- experiment cards -----------------------------------------------------------
 
     def add_card(
         self,
@@ -707,270 +412,37 @@ class Store:
         lease: Lease | None = None,
     ) -> CardRecord:
         """One step of a guided sweep; a step number used twice is a :class:`Conflict`."""
-        with self._session() as session:
-            _sweep_with_workload(session, sweep_id)
-            if lease is not None:
-                _hold(session, _same_sweep(lease, sweep_id))
-            card = ExperimentCardRow(
-                sweep_id=sweep_id, step=step, symptom=symptom, evidence=dict(evidence or {}),
-                hypothesis=hypothesis, variable=variable, values=list(values),
-                expected_direction=expected_direction,
-                result=dict(result) if result is not None else None, verdict=verdict,
-                rollback=rollback, controls=dict(controls) if controls is not None else None,
-                stop_condition=list(stop_condition) if stop_condition is not None else None,
-                created_at=db_now(session),
-            )
-            session.add(card)
-            session.flush()
-            return CardRecord.model_validate(card)
+        return self._cards.add_card(
+            sweep_id, step=step, symptom=symptom, hypothesis=hypothesis, variable=variable,
+            values=values, expected_direction=expected_direction, evidence=evidence, result=result,
+            verdict=verdict, rollback=rollback, controls=controls, stop_condition=stop_condition,
+            lease=lease)
 
     def resolve_card(self, card_id: int, *, result: Mapping[str, Any], verdict: Verdict,
                      rollback: Any = None, values: Sequence[Any] | None = None,
                      lease: Lease | None = None) -> CardRecord:
         """Write a card's outcome once its experiment has run (and, with ``values``,
         every value it tried: a line search adds values as it goes)."""
-        with self._session() as session:
-            card = _get(session, ExperimentCardRow, card_id, "experiment card")
-            if lease is not None:
-                _hold(session, _same_sweep(lease, card.sweep_id))
-            card.result = dict(result)
-            card.verdict = verdict
-            if values is not None:
-                card.values = list(values)
-            if rollback is not None:
-                card.rollback = rollback
-            session.flush()
-            return CardRecord.model_validate(card)
+        return self._cards.resolve_card(
+            card_id, result=result, verdict=verdict, rollback=rollback, values=values, lease=lease)
 
     def list_cards(self, sweep_id: int) -> list[CardRecord]:
-        with self._session() as session:
-            _sweep_with_workload(session, sweep_id)
-            rows = session.scalars(select(ExperimentCardRow).where(
-                ExperimentCardRow.sweep_id == sweep_id).order_by(ExperimentCardRow.step))
-            return [CardRecord.model_validate(r) for r in rows]
+        return self._cards.list_cards(sweep_id)
 
-    # --- best configurations (the view) --------------------------------------------------
+    # --- best configurations (the views) --------------------------------------------
 
     def best_config_per_workload(self) -> list[BestConfig]:
         """Every row of the ``best_config_per_workload`` view."""
-        view = best_config_view.c
-        query = select(best_config_view).order_by(view.workload, view.model, view.gpu,
-                                                  view.slo)
-        with self._session() as session:
-            rows = session.execute(query).mappings().all()
-            return [_with_equivalents(session, BestConfig.model_validate(dict(r)))
-                    for r in rows]
+        return self._views.best_config_per_workload()
 
     def without_passing_config(self, workload: str | None = None) -> list[NoPassingConfig]:
         """Rows of ``workloads_without_passing_config`` (of one workload, if named):
         measured groups where no configuration met the SLO."""
-        view = no_passing_view.c
-        query = select(no_passing_view).order_by(view.workload, view.model, view.gpu,
-                                                 view.slo)
-        if workload is not None:
-            query = query.where(view.workload == workload)
-        with self._session() as session:
-            rows = session.execute(query).mappings().all()
-            return [NoPassingConfig.model_validate(dict(r)) for r in rows]
+        return self._views.without_passing_config(workload)
 
     def best_for_workload(self, name: str) -> list[BestConfig]:
         """The best configuration of workload ``name`` per (model, gpu, slo).
 
         Empty when nothing was measured ok yet; :class:`NotFound` for an unknown workload.
         """
-        view = best_config_view.c
-        query = (select(best_config_view).where(view.workload == name)
-                 .order_by(view.model, view.gpu, view.slo))
-        with self._session() as session:
-            _workload_by_name(session, name)
-            rows = session.execute(query).mappings().all()
-            return [_with_equivalents(session, BestConfig.model_validate(dict(r)))
-                    for r in rows]
-
-
-# --- helpers -------------------------------------------------------------------------------
-
-_R = TypeVar("_R")
-
-
-def _with_equivalents(session: Session, best: BestConfig) -> BestConfig:
-    """``best`` with its sweep's configurations whose capacity intervals per GPU overlap
-    its own (:class:`EquivalentConfig`): one query, its sweep's ok search rows."""
-    if best.capacity is None or best.sweep_id is None:
-        return best
-    # An interval with no upper end (the search's ceiling passed, or a row measured
-    # before intervals) is taken at its capacity: it shows no rate above that.
-    own = per_gpu_interval(best.capacity_low, best.capacity_high or best.capacity, best.gpus)
-    rows = session.execute(select(SweepTrial).where(
-        SweepTrial.sweep_id == best.sweep_id, SweepTrial.role == "search",
-        SweepTrial.status == "ok", SweepTrial.capacity > 0,
-        SweepTrial.id != best.trial_id).order_by(SweepTrial.number)).scalars().all()
-    equivalent = [
-        EquivalentConfig(trial_id=t.id, number=t.number, config=dict(t.config),
-                         capacity=t.capacity or 0.0,
-                         capacity_low=t.capacity_low or t.capacity or 0.0,
-                         capacity_high=t.capacity_high, gpus=t.gpus, confirmed=t.repeats > 0)
-        for t in rows
-        if overlaps(own, per_gpu_interval(t.capacity_low or t.capacity,
-                                          t.capacity_high or t.capacity, t.gpus))]
-    return best.model_copy(update={"equivalent": equivalent})
-
-
-def _result_values(result: TrialResult) -> dict[str, Any]:
-    """The columns a finished trial's result fills (``node`` only when the result knows
-    where it ran: a lost worker's result never blanks the row's node)."""
-    values: dict[str, Any] = {
-        "status": result.status,
-        "failure_class": result.failure,
-        "objective": result.objective,
-        "capacity": result.capacity,
-        "capacity_low": result.capacity_low if result.capacity_low is not None
-        else result.capacity,
-        "capacity_high": result.capacity_high,
-        "result": result.model_dump(mode="json"),
-        "diagnosis": result.diagnosis,
-        "timings": result.timings.model_dump(mode="json"),
-        "engine_version": result.engine.engine_version,
-        "gpu_driver": result.engine.gpu_driver,
-        "model_revision": result.engine.model_revision,
-        "headroom": result.headroom,
-    }
-    if result.node is not None:
-        values["node"] = result.node
-    return values
-
-
-def _again_on_conflict(write: Callable[[], _R]) -> _R:
-    """Run ``write`` (its own transaction) once more if it hits a :class:`Conflict`.
-
-    Two writers storing the same new workload both see it missing and both insert; the
-    loser's retry finds the winner's row and updates it. A real duplicate (a study name
-    already taken) conflicts again and is raised.
-    """
-    try:
-        return write()
-    except Conflict:
-        return write()
-
-
-_M = TypeVar("_M", SweepTrial, ExperimentCardRow)
-
-
-def _upsert_workload(session: Session, workload: Workload) -> WorkloadRow:
-    spec = workload.model_dump(mode="json")
-    row = session.scalars(select(WorkloadRow).where(WorkloadRow.name == workload.name)
-                          .with_for_update()).one_or_none()
-    if row is None:
-        now = db_now(session)
-        row = WorkloadRow(name=workload.name, spec=spec, created_at=now, updated_at=now)
-        session.add(row)
-    elif row.spec != spec:
-        row.spec = spec
-        row.updated_at = db_now(session)
-    session.flush()
-    return row
-
-
-def _workload_by_name(session: Session, name: str) -> WorkloadRow:
-    row = session.scalars(select(WorkloadRow).where(WorkloadRow.name == name)).one_or_none()
-    if row is None:
-        raise NotFound(f"no workload named {name!r}")
-    return row
-
-
-def _hold(session: Session, lease: Lease) -> None:
-    """Lock the sweep's row for this transaction if ``lease`` is still current, else
-    :class:`LeaseLost`. The lock is an UPDATE that changes nothing: it makes a concurrent
-    claim wait for this transaction (Postgres row lock; SQLite's one writer at a time)."""
-    held = _rowcount(session, update(Sweep).where(
-        Sweep.id == lease.sweep_id, Sweep.claimed_by == lease.holder,
-        Sweep.lease_epoch == lease.epoch).values(lease_epoch=Sweep.lease_epoch))
-    if not held:
-        sweep, _ = _sweep_with_workload(session, lease.sweep_id)
-        raise LeaseLost(f"sweep {lease.sweep_id} was claimed again: it is held by "
-                        f"{sweep.claimed_by!r} under lease {sweep.lease_epoch}, not by "
-                        f"{lease.holder!r} under lease {lease.epoch}")
-
-
-def _same_sweep(lease: Lease, sweep_id: int) -> Lease:
-    if lease.sweep_id != sweep_id:
-        raise Conflict(f"a lease on sweep {lease.sweep_id} does not cover sweep {sweep_id}")
-    return lease
-
-
-def _hold_for_trial(session: Session, lease: Lease | None, trial_id: int) -> None:
-    if lease is not None:
-        trial = _get(session, SweepTrial, trial_id, "trial")
-        _hold(session, _same_sweep(lease, trial.sweep_id))
-
-
-def _sweep_with_workload(session: Session, sweep_id: int) -> tuple[Sweep, str]:
-    row = session.execute(
-        select(Sweep, WorkloadRow.name).join(WorkloadRow, Sweep.workload_id == WorkloadRow.id)
-        .where(Sweep.id == sweep_id).execution_options(populate_existing=True)
-    ).one_or_none()
-    if row is None:
-        raise NotFound(f"no sweep {sweep_id}")
-    return row
-
-
-def _get(session: Session, model: type[_M], key: int, what: str) -> _M:
-    row = session.get(model, key, populate_existing=True)
-    if row is None:
-        raise NotFound(f"no {what} {key}")
-    return row
-
-
-def _rowcount(session: Session, statement: Update) -> int:
-    """Rows an UPDATE matched: how a conditional state change says whether it happened."""
-    return cast("CursorResult[Any]", session.execute(statement)).rowcount
-
-
-def _count(session: Session, query: Select[*tuple[Any, ...]]) -> int:
-    return session.scalar(select(func.count()).select_from(query.order_by(None).subquery())) or 0
-
-
-def _sweep_record(sweep: Sweep, workload_name: str) -> SweepRecord:
-    columns = {c.key: getattr(sweep, c.key) for c in Sweep.__table__.columns}
-    return SweepRecord.model_validate({**columns, "workload": workload_name})
-
-
-_CLAIM_BATCH = 20
-"""Queued sweeps tried per claim (all of them this executor's to run): more than enough
-for the coordinators that race for them."""
-
-_SIGHTING_COLUMNS = (Sweep.claimed_by, Sweep.lease_epoch, Sweep.heartbeat_at)
-
-
-def _sighting(row: Any) -> LeaseSighting:
-    return LeaseSighting(holder=row.claimed_by, epoch=row.lease_epoch,
-                         heartbeat_at=row.heartbeat_at)
-
-
-def _unchanged(seen: LeaseSighting) -> ColumnElement[bool]:
-    """The sweep's lease is still the one ``seen``: same holder, epoch and heartbeat."""
-    return and_(
-        Sweep.claimed_by.is_(None) if seen.holder is None else Sweep.claimed_by == seen.holder,
-        Sweep.lease_epoch == seen.epoch,
-        Sweep.heartbeat_at.is_(None) if seen.heartbeat_at is None
-        else Sweep.heartbeat_at == seen.heartbeat_at)
-
-
-def _runs_on(executor: ExecutorChoice | None) -> ColumnElement[bool]:
-    """The sweep may run on ``executor``: it recorded none (SQL NULL or JSON null) or the
-    same kind. In SQL (``JSON_EXTRACT`` on SQLite, ``->>`` on Postgres), so the filter
-    comes before any LIMIT."""
-    if executor is None:
-        return true()
-    kind = Sweep.executor["kind"].as_string()
-    return or_(kind.is_(None), kind == executor.kind)
-
-
-def _status_timestamps(status: str, now: datetime) -> dict[str, Any]:
-    if status == "running":
-        return {"started_at": func.coalesce(Sweep.started_at, now)}
-    if status in _TERMINAL:
-        return {"finished_at": now}
-    if status == "queued":  # resumed: a fresh run, claimed anew
-        return {"finished_at": None, "stop_reason": None, "claimed_by": None}
-    return {}
+        return self._views.best_for_workload(name)

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 
 from slotune.tuner.db.records import SweepRecord
-from slotune.tuner.db.store import Store
+from slotune.tuner.db.snapshot import WorkloadSnapshot
 from slotune.tuner.planning.planner import (
     DEFAULT_HEADROOM,
     CapacityOption,
@@ -33,6 +33,8 @@ __all__ = ["SweepAnswer", "capacity_text", "carries", "sweep_answer", "twin_sent
 @dataclass(frozen=True, slots=True)
 class SweepAnswer:
     plan: CapacityPlan
+    slo: SLO
+    """The sweep's SLO (the plan's, parsed once)."""
     quality: str | None
     """What the chosen configuration's quality gate found (None: it is lossless)."""
     twin: str | None = None
@@ -40,8 +42,7 @@ class SweepAnswer:
 
     @property
     def sentence(self) -> str:
-        plan = self.plan
-        slo = SLO.model_validate_json(plan.slo)
+        plan, slo = self.plan, self.slo
         targets = " / ".join(f"{m.upper()} ≤ {v:g} ms" for m, v in slo.targets.items())
         config = ", ".join(f"{k}={v}" for k, v in plan.config.items())
         cost = "" if plan.cost_per_hour is None else f", ${plan.cost_per_hour:,.2f}/h"
@@ -73,25 +74,30 @@ def carries(plan: CapacityPlan | CapacityOption) -> str:
     return f"{low:.3g}–{high:.3g} req/s"
 
 
-def sweep_answer(store: Store, sweep: SweepRecord) -> SweepAnswer | None:
-    """The answer for a capacity-mode sweep's workload at its own rate; None for a
-    goodput sweep, a workload without a finite rate, or nothing that met the SLO."""
+def sweep_answer(snapshot: WorkloadSnapshot, sweep: SweepRecord) -> SweepAnswer | None:
+    """The answer for a capacity-mode sweep of the snapshot's workload at its own rate;
+    None for a goodput sweep, a workload without a finite rate, or nothing that met the
+    SLO."""
     if sweep.mode != "capacity":
         return None
-    rate = store.get_workload(sweep.workload).spec.get("arrivals", {}).get("request_rate")
+    rate = snapshot.workload.spec.get("arrivals", {}).get("request_rate")
     if not isinstance(rate, int | float) or not math.isfinite(rate) or rate <= 0:
         return None
     try:
-        plan = plan_capacity(store, workload=sweep.workload, target_rps=float(rate),
-                             headroom=DEFAULT_HEADROOM, model=sweep.model, gpu=sweep.gpu,
-                             slo=sweep.slo_key, gpu_prices=get_settings().planner.prices())
+        plan = plan_capacity(snapshot, target_rps=float(rate), headroom=DEFAULT_HEADROOM,
+                             model=sweep.model, gpu=sweep.gpu, slo=sweep.slo_key,
+                             gpu_prices=get_settings().planner.prices())
     except PlanError:
         return None
     if plan.basis != "capacity":
         return None
-    result = store.get_trial(plan.trial_ids[0]).result or {}
-    return SweepAnswer(plan=plan, quality=_quality(result.get("quality")),
-                       twin=twin_sentence(sweep))
+    measured = snapshot.sweep(sweep.id)
+    chosen = snapshot.trial(plan.trial_ids[0])
+    result = (chosen.result if chosen is not None else None) or {}
+    return SweepAnswer(plan=plan,
+                       slo=measured.slo if measured is not None else SLO.model_validate(
+                           sweep.slo),
+                       quality=_quality(result.get("quality")), twin=twin_sentence(sweep))
 
 
 def twin_sentence(sweep: SweepRecord) -> str | None:

@@ -29,15 +29,18 @@ the report and the dashboard all read :func:`build_frontier`; CSV is :func:`to_c
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
-from collections.abc import Mapping, Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from slotune.tuner.db.records import SweepRecord, TrialRecord
-from slotune.tuner.db.store import Store
+from slotune.tuner.db.records import TrialRecord
+from slotune.tuner.db.snapshot import SweepSnapshot, WorkloadSnapshot
 from slotune.tuner.planning.planner import AmbiguousSlo, NothingMeasured, PlanError
 from slotune.tuner.planning.rescore import (
     Verdict,
@@ -145,17 +148,17 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[tuple[float, flo
     return front
 
 
-def build_frontier(store: Store, *, workload: str, model: str | None = None,
+def build_frontier(snapshot: WorkloadSnapshot, *, model: str | None = None,
                    gpu: str | None = None, slo: str | None = None,
                    gpu_prices: Mapping[str, float] | None = None) -> Frontier:
-    """The frontier of ``workload`` (``slo``: a canonical SLO key; default the one its
-    sweeps used). Raises :class:`~slotune.tuner.db.store.NotFound` (unknown workload),
-    :class:`NothingMeasured` (no capacity probes), :class:`AmbiguousGroup` or
-    :class:`AmbiguousSlo` (several measured and none named)."""
-    store.get_workload(workload)
-    sweeps = [s for s in store.list_sweeps(workload=workload, limit=None).data
-              if s.mode == "capacity" and (model is None or s.model == model)
-              and (gpu is None or s.gpu == gpu)]
+    """The frontier of the snapshot's workload (``slo``: a canonical SLO key; default the
+    one its sweeps used). Raises :class:`NothingMeasured` (no capacity probes),
+    :class:`AmbiguousGroup` or :class:`AmbiguousSlo` (several measured and none named)."""
+    workload = snapshot.name
+    measured = [s for s in snapshot.sweeps if s.sweep.mode == "capacity"
+                and (model is None or s.sweep.model == model)
+                and (gpu is None or s.sweep.gpu == gpu)]
+    sweeps = [s.sweep for s in measured]
     groups = sorted({(s.model, s.gpu) for s in sweeps})
     if not groups:
         raise NothingMeasured(f"no capacity sweep of workload {workload!r}"
@@ -172,18 +175,19 @@ def build_frontier(store: Store, *, workload: str, model: str | None = None,
         raise AmbiguousSlo(f"workload {workload!r} was measured under {len(slos)} SLOs "
                            f"({'; '.join(slos)}); name one with slo")
     key = slo or slos[0]
-    trials = [(s, t) for s in sweeps
-              for t in store.list_trials(s.id, status="ok", role="any", limit=None).data
+    trials = [(s, t) for s in measured for t in s.ok_trials()
               if t.role != "baseline" and t.result]
-    best = [r.trial_id for r in store.best_for_workload(workload)
+    best = [r.trial_id for r in snapshot.best
             if (r.model, r.gpu, r.slo) == (chosen_model, chosen_gpu, key)]
     price = dict(gpu_prices or {}).get(chosen_gpu)
+    # The SLO asked for is one a sweep measured (already parsed) or one to rescore under.
+    asked = next((s.slo for s in measured if s.sweep.slo_key == key), None)
     return frontier_of(trials, workload=workload, model=chosen_model, gpu=chosen_gpu,
-                       slo=SLO.model_validate_json(key), slo_key=key, price=price,
+                       slo=asked or SLO.model_validate_json(key), slo_key=key, price=price,
                        winner_trial=best[0] if best else None)
 
 
-def frontier_of(trials: Sequence[tuple[SweepRecord, TrialRecord]], *, workload: str,
+def frontier_of(trials: Sequence[tuple[SweepSnapshot, TrialRecord]], *, workload: str,
                 model: str, gpu: str, slo: SLO, slo_key: str, price: float | None,
                 winner_trial: int | None) -> Frontier:
     """The frontier of these stored trials (all of one model and GPU) under ``slo``."""
@@ -192,13 +196,13 @@ def frontier_of(trials: Sequence[tuple[SweepRecord, TrialRecord]], *, workload: 
     rescored: dict[str, list[Any]] = {}
     notes: list[str] = []
     without = 0
-    for sweep, trial in trials:
+    for measured, trial in trials:
+        sweep, own = measured.sweep, measured.slo
         result = TrialResult.model_validate(trial.result)
         gpus = replica_gpus(trial.config)
-        own = SLO.model_validate(sweep.slo)
         budget = error_budget(trial.spec)
         rescored.setdefault(json.dumps(trial.config, sort_keys=True, default=str),
-                            []).append((result, own, budget, gpus))
+                            []).append((result, own, budget, gpus, (trial.id, trial.finished_at)))
         for probe in result.capacity_probes:
             if probe.output_throughput is None:
                 without += 1
@@ -253,6 +257,34 @@ def to_csv(frontier: Frontier) -> str:
 
 # --- helpers -------------------------------------------------------------------------------
 
+class _Memo:
+    """A bounded, thread-safe memo of a pure function's answers (oldest entries go first)."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._lock = threading.Lock()
+        self._answers: OrderedDict[Hashable, Any] = OrderedDict()
+
+    def get(self, key: Hashable, compute: Callable[[], Any]) -> Any:
+        with self._lock:
+            if key in self._answers:
+                self._answers.move_to_end(key)
+                return self._answers[key]
+        answer = compute()  # outside the lock: two threads may both compute, alike
+        with self._lock:
+            self._answers[key] = answer
+            while len(self._answers) > self._size:
+                self._answers.popitem(last=False)
+        return answer
+
+
+_RESCORED = _Memo(1 << 16)
+"""A stored trial's capacity under one grid cell's limits, by (trial id, when it finished,
+its sweep's SLO, its error budget, the limits). Nearly all of the frontier's cost is this
+grid, and a finished trial's result is written once (only an unfinished trial can
+finish), so after a write only the new trial's cells are computed again."""
+
+
 def _mark(points: list[FrontierPoint], winner_trial: int | None) -> list[FrontierPoint]:
     """Set ``on_frontier`` and ``winner`` (see the module docstring)."""
     # More interactivity is less TPOT: the latency-vs-throughput front is the same set.
@@ -280,8 +312,9 @@ def _grid(rescored: Mapping[str, list[Any]], slo: SLO) -> CapacityGrid:
             limits = SLO(percentile=slo.percentile, ttft=ttft, tpot=tpot)
             best: tuple[float, str] | None = None
             for measurements in rescored.values():
-                found = [trial_capacity(result, limits, own_slo=own, max_error_rate=budget)
-                         for result, own, budget, _ in measurements]
+                found = [_RESCORED.get((stored, own, budget, limits), functools.partial(
+                    trial_capacity, result, limits, own_slo=own, max_error_rate=budget))
+                    for result, own, budget, _, stored in measurements]
                 rate, confidence = combine(found)
                 if rate:
                     value = rate / measurements[0][3]

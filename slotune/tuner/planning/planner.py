@@ -49,7 +49,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from slotune.tuner.db.records import SweepRecord, TrialRecord
-from slotune.tuner.db.store import Store
+from slotune.tuner.db.snapshot import SweepSnapshot, WorkloadSnapshot
 from slotune.tuner.planning.rescore import (
     Confidence,
     TrialCapacity,
@@ -242,6 +242,8 @@ def replicas_for(target_rps: float, per_replica_rps: float, headroom: float) -> 
 @dataclass(frozen=True, slots=True)
 class _Measurement:
     sweep: SweepRecord
+    own_slo: SLO
+    """The SLO the sweep measured under (parsed once, in the snapshot)."""
     trial: TrialRecord
     basis: Basis
     per_replica: float
@@ -262,9 +264,8 @@ class _Candidate:
 
 
 def plan_capacity(
-    store: Store,
+    snapshot: WorkloadSnapshot,
     *,
-    workload: str,
     target_rps: float,
     headroom: float = DEFAULT_HEADROOM,
     model: str | None = None,
@@ -272,20 +273,21 @@ def plan_capacity(
     slo: str | None = None,
     gpu_prices: Mapping[str, float] | None = None,
 ) -> CapacityPlan:
-    """Plan replicas for ``target_rps`` of ``workload`` (``slo``: canonical SLO key) at the
-    least cost under ``gpu_prices`` (GPU name → USD per GPU-hour; the whole table, e.g.
-    :meth:`slotune.tuner.settings.PlannerSettings.prices`; without it, the fewest GPUs win).
+    """Plan replicas for ``target_rps`` of the snapshot's workload (``slo``: canonical SLO
+    key) at the least cost under ``gpu_prices`` (GPU name → USD per GPU-hour; the whole
+    table, e.g. :meth:`slotune.tuner.settings.PlannerSettings.prices`; without it, the fewest GPUs
+    win).
 
-    Raises :class:`~slotune.tuner.db.store.NotFound` for an unknown workload,
-    :class:`NothingMeasured`, :class:`SloNeverMet` or :class:`AmbiguousSlo`.
+    Raises :class:`NothingMeasured`, :class:`SloNeverMet` or :class:`AmbiguousSlo` (an
+    unknown workload has no snapshot: :func:`slotune.tuner.db.snapshot.load_workload` raised).
     """
-    store.get_workload(workload)  # NotFound for an unknown name, before anything else
+    workload = snapshot.name
     prices = dict(gpu_prices or {})
-    sweeps = [s for s in store.list_sweeps(workload=workload, limit=None).data
-              if (model is None or s.model == model) and (gpu is None or s.gpu == gpu)]
+    sweeps = [s for s in snapshot.sweeps
+              if (model is None or s.sweep.model == model)
+              and (gpu is None or s.sweep.gpu == gpu)]
     asked = _describe(workload, model, gpu, slo)
-    every = [_measurement(s, t) for s in sweeps
-             for t in store.list_trials(s.id, status="ok", role="any", limit=None).data
+    every = [_measurement(s, t) for s in sweeps for t in s.ok_trials()
              # A confirmation repeat is one more measurement of its configuration (the
              # lowest rate stands); a quality baseline measured no load.
              if t.objective is not None and t.role != "baseline"]
@@ -347,9 +349,10 @@ def plan_capacity(
     remeasure = _worth_remeasuring(undecided, chosen) if rescored else []
     notes = _notes(chosen, ranked, [] if rescored else others)
     if rescored:
+        measured_under = {s.sweep.slo_key: s.slo for s in sweeps}
         notes.insert(0, f"No sweep measured the SLO {SLO.model_validate_json(slo or '{}')}: "
                         "answered from the probes stored under "
-                        + ", ".join(str(SLO.model_validate_json(o)) for o in others)
+                        + ", ".join(str(measured_under[o]) for o in others)
                         + ", without a new measurement.")
         if remeasure:
             notes.append(f"{len(remeasure)} configuration(s) could carry more per GPU but "
@@ -363,16 +366,19 @@ def plan_capacity(
     )
 
 
-def _measurement(sweep: SweepRecord, trial: TrialRecord) -> _Measurement:
+def _measurement(measured: SweepSnapshot, trial: TrialRecord) -> _Measurement:
+    sweep, own = measured.sweep, measured.slo
     objective = trial.objective or 0.0
     if trial.capacity is not None:
         low = trial.capacity_low if trial.capacity_low is not None else trial.capacity
-        return _Measurement(sweep=sweep, trial=trial, basis="capacity", per_replica=low)
+        return _Measurement(sweep=sweep, own_slo=own, trial=trial, basis="capacity",
+                            per_replica=low)
     if sweep.mode == "capacity":
         # Rows stored before capacity was recorded: their objective was the per-replica
         # capacity (now every capacity-mode row stores it, and the objective is per GPU).
-        return _Measurement(sweep=sweep, trial=trial, basis="capacity", per_replica=objective)
-    return _Measurement(sweep=sweep, trial=trial, basis="goodput_lower_bound",
+        return _Measurement(sweep=sweep, own_slo=own, trial=trial, basis="capacity",
+                            per_replica=objective)
+    return _Measurement(sweep=sweep, own_slo=own, trial=trial, basis="goodput_lower_bound",
                         per_replica=objective)
 
 
@@ -392,7 +398,7 @@ def _rescored(every: Sequence[_Measurement], slo: SLO
         result = TrialResult.model_validate(m.trial.result)
         if not result.capacity_probes:
             continue
-        found = trial_capacity(result, slo, own_slo=SLO.model_validate(m.sweep.slo),
+        found = trial_capacity(result, slo, own_slo=m.own_slo,
                                max_error_rate=error_budget(m.trial.spec))
         key = _group_key(m)
         groups.setdefault(key, []).append((m, found))
@@ -400,7 +406,8 @@ def _rescored(every: Sequence[_Measurement], slo: SLO
     undecided = []
     for (model, gpu, _), items in groups.items():
         capacity, confidence = combine([found for _, found in items])
-        out += [_Measurement(sweep=m.sweep, trial=m.trial, basis="rescored_probes",
+        out += [_Measurement(sweep=m.sweep, own_slo=m.own_slo, trial=m.trial,
+                             basis="rescored_probes",
                              per_replica=found.capacity if capacity else 0.0, rescored=found)
                 for m, found in items if found.capacity is not None]
         if confidence.undecided is not None:

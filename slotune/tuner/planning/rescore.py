@@ -3,11 +3,12 @@
 A capacity trial probes one booted engine at several rates and keeps, per probe, the
 percentiles of TTFT, TPOT, ITL and E2E latency over the values its gate read
 (:class:`~slotune.workers.contracts.CapacityProbe`, failed requests infinitely slow). The gate of
-another SLO of those percentiles is then a comparison of stored numbers — the same one
-:func:`slotune.workers.loadgen.score.scoring.score` makes — so the morning-after question ("and
-under p99 TPOT ≤ 30 ms?") needs no new sweep. This module is the one place that does it; the planner
-(:mod:`slotune.tuner.planning.planner`) and the frontier (:mod:`slotune.tuner.planning.frontier`)
-read it.
+another SLO of those percentiles is then a comparison of stored numbers — the same gate,
+:func:`slotune.workers.loadgen.score.gate.slo_gate`, that
+:func:`slotune.workers.loadgen.score.scoring.score` applies live — so the morning-after question
+("and under p99 TPOT ≤ 30 ms?") needs no new sweep. This module is the one place that rescores; the
+planner (:mod:`slotune.tuner.planning.planner`) and the frontier
+(:mod:`slotune.tuner.planning.frontier`) read it.
 
 **A probe's verdict** under ``slo`` (:func:`probe_verdict`) is ``pass``, ``fail`` or
 ``unknown``:
@@ -42,13 +43,15 @@ could beat its answer as worth re-measuring.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from slotune.workers.contracts import SLO, CapacityProbe, TrialResult, TrialSpec
+from slotune.workers.contracts import SLO, CapacityProbe, SLOMetric, TrialResult, TrialSpec
+from slotune.workers.loadgen.score.gate import slo_gate
 from slotune.workers.loadgen.score.scoring import percentile_key
 
 __all__ = ["Confidence", "ProbeVerdict", "TrialCapacity", "Verdict", "combine",
@@ -128,31 +131,34 @@ def probe_verdict(probe: CapacityProbe, slo: SLO, *, own_slo: SLO,
 
     if not probe.percentiles_ms or probe.num_requests is None:
         return verdict("unknown", "stored before probes kept their percentiles")
-    failed = probe.failed_requests or 0
-    if probe.num_requests and failed / probe.num_requests > max_error_rate:
-        return verdict("fail", f"{failed} of {probe.num_requests} requests failed")
-    if probe.num_requests == failed:
-        return verdict("fail", "no request completed")
     key = percentile_key(slo.percentile)
-    ratios: list[float] = []
-    broken: list[str] = []
-    for metric, target in slo.targets.items():
+    observed: dict[SLOMetric, float | None] = {}
+    not_kept: tuple[str, dict[str, float | None]] | None = None
+    for metric in slo.targets:
         row = probe.percentiles_ms.get(metric, {})
-        if key not in row:
-            return verdict("unknown", f"{key} {metric} was not kept (kept: "
-                           f"{', '.join(row) or 'none'})")
-        observed = row[key]
-        if observed is None:
-            broken.append(f"{key} {metric} infinite (failed requests)")
-            ratios.append(float("inf"))
-            continue
-        ratios.append(observed / target)
-        if observed > target:
-            broken.append(f"{key} {metric} {observed:.1f} ms > {target:g} ms")
-    worst = max(ratios, default=0.0)
-    finite = worst if worst != float("inf") else None
-    if broken:
-        return verdict("fail", "; ".join(broken), finite)
+        if key in row:
+            observed[metric] = row[key]
+        elif not_kept is None:
+            not_kept = (metric, row)
+    failed = probe.failed_requests or 0
+    gate = slo_gate(slo, observed, requests=probe.num_requests, failed=failed,
+                    max_error_rate=max_error_rate)
+    if gate.outcome == "over_budget":
+        return verdict("fail", f"{failed} of {probe.num_requests} requests failed")
+    if gate.outcome == "none_completed":
+        return verdict("fail", "no request completed")
+    if not_kept is not None:
+        missing, row = not_kept
+        return verdict("unknown", f"{key} {missing} was not kept (kept: "
+                       f"{', '.join(row) or 'none'})")
+    worst = gate.worst_ratio
+    finite = worst if worst != math.inf else None
+    if gate.outcome == "targets_broken":
+        # Worded as stored verdicts always were: an infinite percentile names no target.
+        return verdict("fail", "; ".join(
+            f"{key} {c.metric} infinite (failed requests)" if c.observed_ms is None
+            else f"{key} {c.metric} {c.observed_ms:.1f} ms > {c.target_ms:g} ms"
+            for c in gate.checks if not c.ok), finite)
     if probe.early_abort is not None:
         if _breaks_too(slo, own_slo, probe.early_abort_metric):
             return verdict("fail", f"stopped early under a looser SLO: {probe.early_abort}")

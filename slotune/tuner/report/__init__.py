@@ -2,7 +2,9 @@
 
 ``render_report(store, sweep_id, "html" | "md")`` gives one self-contained HTML page
 (inline CSS and SVG charts, no external assets) or Markdown (tables instead of charts);
-``write_report(store, sweep_id, directory)`` writes both. Each leads with the answer (a
+``write_report(store, sweep_id, directory)`` writes both. Both read the sweep's workload
+once (:func:`slotune.tuner.db.snapshot.load_workload`); :func:`build_report` and :func:`render`
+are functions of that snapshot (the API caches it). Each leads with the answer (a
 capacity sweep: what one replica carries and the replicas the workload's rate needs),
 then says: the winner, how sure
 we are of it, its ``vllm serve`` command line, the binding constraint at the winner and
@@ -16,7 +18,12 @@ from pathlib import Path
 from typing import Literal
 
 from slotune.tuner.db.errors import NotFound
-from slotune.tuner.db.records import SweepRecord
+from slotune.tuner.db.snapshot import (
+    SweepSnapshot,
+    WorkloadSnapshot,
+    load_workload,
+    workload_of_sweep,
+)
 from slotune.tuner.db.store import Store
 from slotune.tuner.planning.answer import sweep_answer
 from slotune.tuner.planning.frontier import Frontier, build_frontier
@@ -53,9 +60,11 @@ __all__ = [
     "analyse",
     "build_report",
     "charts",
+    "load_report_snapshot",
     "nice_ticks",
     "pareto_front",
     "prepare_report_dir",
+    "render",
     "render_chart",
     "render_report",
     "write_report",
@@ -64,27 +73,31 @@ __all__ = [
 ReportFormat = Literal["html", "md"]
 
 
-def build_report(store: Store, sweep_id: int) -> SweepReport:
-    """Read the sweep, its trials, cards and its workload's best rows; analyse them.
+def load_report_snapshot(store: Store, sweep_id: int) -> WorkloadSnapshot:
+    """What a report of sweep ``sweep_id`` reads: its workload's snapshot (:class:`NotFound`
+    for an unknown sweep)."""
+    return load_workload(store, workload_of_sweep(store, sweep_id))
 
-    :class:`~slotune.tuner.db.store.NotFound` for an unknown sweep.
+
+def build_report(snapshot: WorkloadSnapshot, sweep_id: int) -> SweepReport:
+    """Analyse sweep ``sweep_id`` of the snapshot: its trials, cards and its workload's
+    best rows, the answer and the frontier.
+
+    :class:`~slotune.tuner.db.errors.NotFound` for a sweep the snapshot does not hold.
     """
-    sweep = store.get_sweep(sweep_id)
-    trials = store.list_trials(sweep_id, role="any").data
-    cards = store.list_cards(sweep_id)
-    try:
-        spec = store.get_workload(sweep.workload).spec
-        best = store.best_for_workload(sweep.workload)
-    except NotFound:
-        spec, best = {}, []
-    answer = sweep_answer(store, sweep) if spec else None
-    return analyse(sweep, trials, cards, workload_spec=spec, best_rows=best,
-                   answer=answer,
-                   frontier=_frontier(store, sweep) if spec else None)
+    measured = snapshot.sweep(sweep_id)
+    if measured is None:
+        raise NotFound(f"no sweep {sweep_id}")
+    sweep, spec = measured.sweep, snapshot.workload.spec
+    answer = sweep_answer(snapshot, sweep) if spec else None
+    return analyse(sweep, list(measured.trials), list(measured.cards), workload_spec=spec,
+                   best_rows=list(snapshot.best), answer=answer,
+                   frontier=_frontier(snapshot, measured) if spec else None)
 
 
-def _frontier(store: Store, sweep: SweepRecord) -> Frontier | None:
+def _frontier(snapshot: WorkloadSnapshot, measured: SweepSnapshot) -> Frontier | None:
     """The frontier under this sweep's SLO (None: a goodput sweep, no probes kept)."""
+    sweep = measured.sweep
     if sweep.mode != "capacity":
         return None
     try:
@@ -92,20 +105,24 @@ def _frontier(store: Store, sweep: SweepRecord) -> Frontier | None:
     except ValueError:  # a bad SLOTUNE_GPU_PRICES: the report goes out unpriced
         prices = {}
     try:
-        return build_frontier(store, workload=sweep.workload, model=sweep.model,
-                              gpu=sweep.gpu, slo=sweep.slo_key, gpu_prices=prices)
-    except (PlanError, NotFound):
+        return build_frontier(snapshot, model=sweep.model, gpu=sweep.gpu, slo=sweep.slo_key,
+                              gpu_prices=prices)
+    except PlanError:
         return None
 
 
-def render_report(store: Store, sweep_id: int, fmt: ReportFormat = "html") -> str:
-    """The report of sweep ``sweep_id`` as HTML or Markdown text."""
-    report = build_report(store, sweep_id)
+def render(report: SweepReport, fmt: ReportFormat = "html") -> str:
+    """A built report as HTML or Markdown text."""
     if fmt == "html":
         return render_html(report)
     if fmt == "md":
         return render_markdown(report)
     raise ValueError(f"unknown report format {fmt!r}; valid: html, md")
+
+
+def render_report(store: Store, sweep_id: int, fmt: ReportFormat = "html") -> str:
+    """The report of sweep ``sweep_id`` as HTML or Markdown text."""
+    return render(build_report(load_report_snapshot(store, sweep_id), sweep_id), fmt)
 
 
 def write_report(store: Store, sweep_id: int, directory: str | Path) -> tuple[Path, Path]:
@@ -116,7 +133,7 @@ def write_report(store: Store, sweep_id: int, directory: str | Path) -> tuple[Pa
     both pages are rendered, and each page is written whole or not at all
     (:class:`ReportWriteError`). (The API never writes reports; it renders them.)
     """
-    report = build_report(store, sweep_id)
+    report = build_report(load_report_snapshot(store, sweep_id), sweep_id)
     pages = {f"sweep-{sweep_id}.html": render_html(report),
              f"sweep-{sweep_id}.md": render_markdown(report)}
     folder = prepare_report_dir(directory)

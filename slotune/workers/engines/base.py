@@ -5,9 +5,12 @@ shell string) and an environment, starts the server in its own process group wit
 log in a file, waits for ``/health`` while watching the process, and tears the whole
 group down.
 
-The process machinery (log pump, parent-death signal, ports) is in
-:mod:`slotune.workers.engines.process`, redaction in :mod:`slotune.workers.engines.redact`, log
-patterns in :mod:`slotune.workers.engines._log_patterns`; this module is the contract.
+This module is the contract; the adapter composes its two halves, kept apart as vLLM
+keeps its argument parsing apart from its engine process: what to run — the registry of
+engine kinds, the argv and the environment (:mod:`slotune.workers.engines._command`) — and the
+server's process — start, ``/health``, stop, the log (:mod:`slotune.workers.engines._lifecycle`,
+over the machinery of :mod:`slotune.workers.engines.process`). Redaction is in
+:mod:`slotune.workers.engines.redact`, log patterns in :mod:`slotune.workers.engines._log_patterns`.
 
 Contract (every adapter; ``tests/support/engines.py`` holds one suite
 against each):
@@ -39,96 +42,33 @@ against each):
 from __future__ import annotations
 
 import abc
-import asyncio
 import contextlib
-import enum
-import json
-import logging
-import os
-import signal
 import subprocess
-import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import httpx
-
-from slotune.workers.contracts import EngineFacts, FailureClass, KnobValue, TrialSpec
-from slotune.workers.contracts.options import EngineOptions, register_options
+from slotune.workers.contracts import EngineFacts, TrialSpec
+from slotune.workers.contracts.options import EngineOptions
+from slotune.workers.engines._command import BASE_ENV as BASE_ENV
+from slotune.workers.engines._command import check_known_args, engine_environment, register_engine
+from slotune.workers.engines._command import flag_args as flag_args
+from slotune.workers.engines._failures import EngineFailure as EngineFailure
+from slotune.workers.engines._failures import InvalidEngineArgs as InvalidEngineArgs
+from slotune.workers.engines._lifecycle import EngineProcess
+from slotune.workers.engines._lifecycle import EngineState as EngineState
 from slotune.workers.engines._log_patterns import classify_failure as classify_failure
 from slotune.workers.engines._log_patterns import error_sentence
 from slotune.workers.engines._log_patterns import parse_startup_log as parse_startup_log
-from slotune.workers.engines.process import (
-    LOG_TAIL_LINES,
-    LogPump,
-    die_with_parent,
-    free_port,
-    log_budget_bytes,
-    start_group_reaper,
-)
-from slotune.workers.engines.redact import argv_secrets, redact, redact_argv
+from slotune.workers.engines.process import LOG_TAIL_LINES, free_port
 
 if TYPE_CHECKING:
     from slotune.workers.gpu import GPUProbe
 
-log = logging.getLogger(__name__)
-
-BASE_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV")
-"""Variables every engine inherits; anything else must be on the spec's allow-list."""
-
 
 ADAPTERS: dict[str, type[EngineAdapter]] = {}
 """Engine kind → adapter class, filled as each adapter class is defined."""
-
-
-class EngineState(enum.Enum):
-    CREATED = "created"
-    STARTING = "starting"
-    READY = "ready"
-    STOPPED = "stopped"
-    FAILED = "failed"
-
-
-class EngineFailure(Exception):
-    """The engine could not serve: a classified failure with its evidence."""
-
-    def __init__(self, failure: FailureClass, message: str, *, exit_code: int | None = None,
-                 log_tail: str | None = None, boot_s: float | None = None) -> None:
-        super().__init__(message)
-        self.failure: FailureClass = failure
-        self.message = message
-        self.exit_code = exit_code
-        self.log_tail = log_tail
-        self.boot_s = boot_s
-        """Engine seconds the start-up took before it failed, where the engine itself
-        keeps the time (the virtual-time simulator); None: the caller's clock says."""
-
-
-class InvalidEngineArgs(EngineFailure):
-    """Arguments the engine does not take (refused before anything runs)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__("invalid_config", message)
-
-
-def flag_args(flags: Mapping[str, KnobValue]) -> list[str]:
-    """vLLM-style arguments: ``--name=value``; booleans ``--x``/``--no-x``; objects as JSON."""
-    out: list[str] = []
-    for name, value in flags.items():
-        flag = "--" + name.replace("_", "-")
-        if value is None:
-            continue
-        # ``--flag=value`` as one element: a value that looks like an option (say
-        # "--enforce-eager") can then never be read by the engine as a flag of its own.
-        if isinstance(value, bool):
-            out.append(flag if value else "--no-" + flag[2:])
-        elif isinstance(value, dict):
-            out.append(f"{flag}={json.dumps(value, separators=(',', ':'), sort_keys=True)}")
-        else:
-            out.append(f"{flag}={value}")
-    return out
 
 
 class EngineAdapter(abc.ABC):
@@ -152,13 +92,7 @@ class EngineAdapter(abc.ABC):
         super().__init_subclass__(**kwargs)
         if "kind" not in cls.__dict__:
             return  # a helper base, or a variant of an engine (a test's): not an engine
-        known = ADAPTERS.get(cls.kind)
-        if known is not None and (known.__module__, known.__qualname__) != \
-                (cls.__module__, cls.__qualname__):
-            raise TypeError(f"engine {cls.kind!r} is already {known.__module__}."
-                            f"{known.__qualname__}; {cls.__qualname__} needs a kind of its own")
-        register_options(cls.kind, cls.options_model)
-        ADAPTERS[cls.kind] = cls
+        register_engine(ADAPTERS, cls, cls.kind, cls.options_model)
 
     def __init__(self, spec: TrialSpec, workdir: Path, gpu_ids: Sequence[str] = (),
                  host: str = "127.0.0.1") -> None:
@@ -167,15 +101,42 @@ class EngineAdapter(abc.ABC):
         self.gpu_ids = tuple(str(g) for g in gpu_ids)
         self.host = host
         self.port = 0
-        self.state = EngineState.CREATED
-        self.log_path = workdir / "engine.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self._env: dict[str, str] = {}
         self.notes: list[str] = []
         """slotune's own lines about this boot (a fallback it took, a wait), which head
         the engine log so the trial's log says them."""
         self.turn_wait_s = 0.0
         """Seconds :meth:`boot_slot` waited for another boot's turn before the start."""
+        self._process = EngineProcess(self.kind, workdir / "engine.log", run_id=spec.run_id,
+                                      teardown_grace_s=spec.timeouts.teardown_grace_s)
+        """The server's process, its state and its log: the lifecycle half."""
+
+    # The lifecycle half's state, read (and, for ``state``, set) where the adapter's
+    # callers always found it.
+
+    @property
+    def state(self) -> EngineState:
+        return self._process.state
+
+    @state.setter
+    def state(self, value: EngineState) -> None:
+        self._process.state = value
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes] | None:
+        return self._process.proc
+
+    @property
+    def log_path(self) -> Path:
+        return self._process.log_path
+
+    @property
+    def argv_redacted(self) -> list[str]:
+        """The argv the server was started with, secrets redacted (empty before start)."""
+        return self._process.argv_redacted
+
+    @property
+    def _env(self) -> dict[str, str]:
+        return self._process.env
 
     @property
     def time_scale(self) -> float:
@@ -213,14 +174,7 @@ class EngineAdapter(abc.ABC):
         return "check the engine's installation"
 
     def check_args(self) -> None:
-        unknown = sorted(set(self.spec.engine_flags) - self.known_args
-                         - set(self.spec.allowed_extra_args))
-        if unknown:
-            raise InvalidEngineArgs(
-                f"unknown engine argument(s) for {self.kind}: {', '.join(unknown)}; declare "
-                "them in the search space's allowed_extra_args, or use one of: "
-                + ", ".join(sorted(self.known_args))
-            )
+        check_known_args(self.kind, self.spec, self.known_args)
 
     def argv(self, port: int) -> list[str]:
         self.check_args()
@@ -231,18 +185,7 @@ class EngineAdapter(abc.ABC):
 
     def environment(self) -> dict[str, str]:
         """Base variables, the allow-listed passthrough, and the GPUs Ray assigned."""
-        env = {k: os.environ[k] for k in BASE_ENV if k in os.environ}
-        for name, value in os.environ.items():
-            if self.env_prefixes and name.startswith(self.env_prefixes):
-                env[name] = value
-        for name in self.spec.env_passthrough:
-            if name in os.environ:
-                env[name] = os.environ[name]
-        if self.gpu_ids:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(self.gpu_ids)
-        # Marks the process as this trial's, so a leak can always be traced to its trial.
-        env["SLOTUNE_RUN_ID"] = self.spec.run_id
-        return env
+        return engine_environment(self.spec, self.gpu_ids, self.env_prefixes)
 
     @property
     def base_url(self) -> str:
@@ -272,106 +215,28 @@ class EngineAdapter(abc.ABC):
         if self.state is not EngineState.CREATED:
             raise RuntimeError(f"engine already {self.state.value}")
         self.port = free_port()
-        argv = self.argv(self.port)
-        self._env = self.environment()
+        argv = self.argv(self.port)  # InvalidEngineArgs here: nothing has run
+        env = self.environment()
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.argv_redacted = redact_argv(argv)
-        self._secrets = argv_secrets(argv)
-        try:
-            self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, env=self._env,
-                                         cwd=self.workdir, start_new_session=True,
-                                         preexec_fn=die_with_parent)
-        except OSError as exc:  # no such executable, not executable, …
-            self.state = EngineState.FAILED
-            raise EngineFailure(
-                "crashed", f"cannot run the {self.kind} engine {argv[0]!r}: "
-                f"{exc.strerror or exc}; {self.binary_hint()}") from exc
-        try:
-            self._reaper: subprocess.Popen[bytes] | None = start_group_reaper(self.proc.pid)
-        except OSError as exc:  # the engine itself still dies with us; its children may not
-            log.warning("trial %s: no reaper for the engine's process group (%s)",
-                        self.spec.run_id, exc.strerror or exc)
-            self._reaper = None
-        assert self.proc.stdout is not None
-        self._pump = LogPump(self.proc.stdout, self.log_path, log_budget_bytes(),
-                             preamble="".join(f"[slotune] {note}\n" for note in self.notes))
-        self._pump.start()
-        self.state = EngineState.STARTING
+        self._process.start(argv, env, cwd=self.workdir,
+                            preamble="".join(f"[slotune] {note}\n" for note in self.notes),
+                            binary_hint=self.binary_hint())
 
     async def wait_ready(self, timeout_s: float) -> None:
         """Poll ``/health`` while watching the process; a dead process ends the wait."""
-        assert self.proc is not None, "start() first"
-        deadline = time.monotonic() + timeout_s
-        async with httpx.AsyncClient(timeout=httpx.Timeout(2.0)) as client:
-            while True:
-                code = self.proc.poll()
-                if code is not None:
-                    self._fail_startup(code)
-                try:
-                    response = await client.get(f"{self.base_url}/health")
-                    if response.status_code == 200:
-                        self.state = EngineState.READY
-                        return
-                except httpx.TransportError:
-                    pass
-                if time.monotonic() >= deadline:
-                    self.stop()
-                    self.state = EngineState.FAILED
-                    raise EngineFailure(
-                        "startup_timeout",
-                        f"{self.kind} engine did not become healthy within {timeout_s:g} s",
-                        log_tail=self.log_tail())
-                await asyncio.sleep(self.health_poll_s)
-
-    def _fail_startup(self, code: int) -> None:
-        text = self.log_text()
-        self.stop()
-        self.state = EngineState.FAILED
-        failure = classify_failure(text, during="startup")
-        raise EngineFailure(failure, f"{self.kind} engine exited with code {code} during "
-                            f"start-up: {self.last_error_line(text)}",
-                            exit_code=code, log_tail=self.log_tail())
+        await self._process.wait_ready(f"{self.base_url}/health", timeout_s,
+                                       self.health_poll_s)
 
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        return self._process.alive()
 
     async def wait_exit(self, poll_s: float = 0.1) -> int:
         """Return the exit code once the process has died (for the measurement watchdog)."""
-        assert self.proc is not None
-        while (code := self.proc.poll()) is None:
-            await asyncio.sleep(poll_s)
-        return code
+        return await self._process.wait_exit(poll_s)
 
     def stop(self) -> None:
         """SIGTERM the process group, wait the grace period, then SIGKILL it. Idempotent."""
-        proc = self.proc
-        if proc is None:
-            self.state = EngineState.STOPPED
-            return
-        grace = self.spec.timeouts.teardown_grace_s
-        if proc.poll() is None:
-            self._signal_group(signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=grace)
-        # The group may hold children (tensor-parallel workers) even when the leader died.
-        self._signal_group(signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=grace)
-        reaper, self._reaper = getattr(self, "_reaper", None), None
-        if reaper is not None:  # the group is gone: nothing left for it to guard
-            reaper.kill()
-            reaper.wait()
-        pump = getattr(self, "_pump", None)
-        if pump is not None:
-            pump.join(timeout=grace)
-        if self.state is not EngineState.FAILED:
-            self.state = EngineState.STOPPED
-
-    def _signal_group(self, sig: signal.Signals) -> None:
-        assert self.proc is not None
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, sig)
+        self._process.stop()
 
     def __enter__(self) -> EngineAdapter:
         return self
@@ -383,18 +248,10 @@ class EngineAdapter(abc.ABC):
     # ---- what it said ---------------------------------------------------------------
 
     def log_text(self) -> str:
-        pump = getattr(self, "_pump", None)
-        if pump is not None:
-            raw = pump.text()
-        else:
-            try:
-                raw = self.log_path.read_text(errors="replace")
-            except FileNotFoundError:
-                return ""
-        return redact(raw, self._env, getattr(self, "_secrets", ()))
+        return self._process.log_text()
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
-        return "\n".join(self.log_text().splitlines()[-lines:])
+        return self._process.log_tail(lines)
 
     @staticmethod
     def last_error_line(text: str) -> str:
@@ -410,7 +267,7 @@ class EngineAdapter(abc.ABC):
         # What the engine says it saw beats what we meant to give it.
         gpu_ids = tuple(visible.split(",")) if visible else self.gpu_ids
         return EngineFacts(
-            argv=tuple(getattr(self, "argv_redacted", ())),
+            argv=tuple(self.argv_redacted),
             gpu_ids=gpu_ids,
             resolved_config=dict(self.spec.engine_flags),
             **parsed,

@@ -3,696 +3,93 @@
 Everything here happens before the first request: parse the flags vLLM would take,
 fill in the defaults vLLM would choose for this GPU, refuse what vLLM refuses (with
 vLLM's own sentences), and size the KV cache the way vLLM's memory profiling does.
+
+This module is the one place callers import it from; the parts live apart, one concern
+each: the flags and the resolved :class:`EngineConfig` (:mod:`slotune.workers.sim._flags`), the
+memory plan (:mod:`slotune.workers.sim._memory`) and the start-up's phases and log lines
+(:mod:`slotune.workers.sim._startup`).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import math
-import os
-from dataclasses import dataclass, field
-from typing import Any
+from slotune.workers.sim._flags import (
+    DEFAULT_BLOCK_SIZE,
+    DEFAULT_GPU_MEMORY_UTILIZATION,
+    KV_CACHE_DTYPES,
+    METHODS_NEEDING_A_MODEL,
+    PYDANTIC_ERRORS_URL,
+    QUANTIZATIONS,
+    SIM_ENGINE_VERSION,
+    SIM_GPUS,
+    SPECULATIVE_METHODS,
+    VALID_BLOCK_SIZES,
+    EngineConfig,
+    EngineConfigError,
+    SpeculativeConfig,
+    add_engine_arguments,
+    build_config,
+    check_parallel_layout,
+    check_tensor_parallel,
+    config_from_args,
+    default_scheduler_limits,
+)
+from slotune.workers.sim._memory import (
+    CONSERVING_MEMORY_URL,
+    CUDA_GRAPH_BASE_BYTES,
+    NCCL_BYTES_PER_PEER,
+    NON_TORCH_BYTES,
+    RUNTIME_ACTIVATION_SHARE,
+    RUNTIME_UNPROFILED_BYTES,
+    MemoryPlan,
+    activation_bytes_per_token,
+    plan_memory,
+    runtime_oom_tokens,
+    weight_bytes,
+)
+from slotune.workers.sim._startup import (
+    INIT_MODEL_SECONDS,
+    PROFILE_SECONDS,
+    graph_capture_seconds,
+    load_seconds,
+    startup_log_lines,
+    startup_phases,
+)
 
-from slotune.workers.sim.calibration import RooflineCalibration
-from slotune.workers.sim.catalog import GiB, GPUSpec, ModelSpec, get_gpu, get_model
-from slotune.workers.sim.cost_model import KV_BYTES, WEIGHT_BYTES, HardwareSetup
-from slotune.workers.sim.numerics import flip_rate
-
-SIM_ENGINE_VERSION = "0.0.0+sim"
-"""The version the simulator reports where vLLM prints its own."""
-DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
-DEFAULT_BLOCK_SIZE = 16
-VALID_BLOCK_SIZES = (1, 8, 16, 32, 64, 128)
-QUANTIZATIONS = ("fp8", "awq", "gptq")
-KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
-SIM_GPUS = ("a100-80g", "h100-sxm", "h200", "l40s", "rtx4090")
-
-# Memory vLLM's profiling finds outside weights, activations and KV: the CUDA context,
-# cuBLAS workspaces and NCCL buffers ("non-torch memory"), and CUDA graphs.
-NON_TORCH_BYTES = int(0.85 * GiB)
-NCCL_BYTES_PER_PEER = int(0.12 * GiB)
-CUDA_GRAPH_BASE_BYTES = int(0.5 * GiB)
-# Allocations the profile run does not see (allocator fragmentation, transient buffers of
-# a large first batch). They must fit in what gpu_memory_utilization leaves free; a value
-# too close to 1 OOMs under the first large batch, as it does on real GPUs.
-RUNTIME_UNPROFILED_BYTES = int(0.5 * GiB)
-RUNTIME_ACTIVATION_SHARE = 0.4
-
-
-PYDANTIC_ERRORS_URL = "https://errors.pydantic.dev/2.14/v"
-CONSERVING_MEMORY_URL = "https://docs.vllm.ai/en/latest/configuration/conserving_memory/"
-
-
-class EngineConfigError(ValueError):
-    """A configuration vLLM would refuse at start-up; the message is vLLM's own sentence.
-
-    ``config_class`` names the vLLM configuration class that refuses it (they are pydantic
-    dataclasses, so vLLM reports a ``ValidationError`` for it); ``field`` and
-    ``error_type`` describe a field bound (``gpu_memory_utilization`` ≤ 1). Without a
-    class, vLLM raises a plain ``ValueError`` (memory sizing in the engine core).
-    """
-
-    def __init__(self, message: str, *, config_class: str | None = None,
-                 field: str | None = None, error_type: str = "value_error",
-                 input_value: object = None) -> None:
-        super().__init__(f"{field}: {message}" if field else message)
-        self.sentence = message
-        self.config_class = config_class
-        self.field = field
-        self.error_type = error_type
-        self.input_value = input_value
-
-    def log_lines(self) -> list[str]:
-        """What vLLM prints as it dies of this (the last lines of its traceback)."""
-        if self.config_class is None:
-            return [f"ValueError: {self}"]
-        head = ("pydantic_core._pydantic_core.ValidationError: 1 validation error for "
-                f"{self.config_class}")
-        if self.field is None:
-            return [head,
-                    f"  Value error, {self.sentence} [type=value_error, "
-                    "input_value=ArgsKwargs(...), "
-                    "input_type=ArgsKwargs]",
-                    f"    For further information visit {PYDANTIC_ERRORS_URL}/value_error"]
-        value = self.input_value
-        return [head, self.field,
-                f"  {self.sentence} [type={self.error_type}, input_value={value!r}, "
-                f"input_type={type(value).__name__}]",
-                f"    For further information visit {PYDANTIC_ERRORS_URL}/{self.error_type}"]
-
-
-SPECULATIVE_METHODS = ("ngram", "eagle", "eagle3", "draft_model", "mtp")
-# Methods whose proposer is a separate checkpoint: vLLM needs its "model" (mtp uses the
-# target model's own MTP layers; ngram needs none).
-METHODS_NEEDING_A_MODEL = ("eagle", "eagle3", "draft_model")
-
-
-@dataclass(frozen=True, slots=True)
-class SpeculativeConfig:
-    """``--speculative-config``: n-gram or draft-model speculation, k tokens per step.
-
-    Validated as vLLM's ``SpeculativeConfig.__post_init__`` does: without ``method`` it
-    is ``ngram`` when ``model`` is ``"ngram"`` and ``draft_model`` otherwise; EAGLE,
-    EAGLE-3 and draft-model speculation without ``model`` are refused with vLLM's
-    sentence.
-    """
-
-    method: str
-    num_speculative_tokens: int
-    acceptance_rate: float
-    """Probability that each proposed token is accepted (a workload property; sim flag)."""
-    draft_cost_fraction: float
-    """Cost of proposing k tokens relative to one target step (0 for n-gram lookup)."""
-
-    @classmethod
-    def parse(cls, text: str, acceptance_rate: float) -> SpeculativeConfig:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise EngineConfigError(
-                f"--speculative-config must be JSON, e.g. "
-                f'\'{{"method":"ngram","num_speculative_tokens":5}}\': {exc}'
-            ) from exc
-        if not isinstance(data, dict):
-            raise EngineConfigError("--speculative-config must be a JSON object")
-        model = data.get("model")
-        method = data.get("method")
-        if method is None:
-            method = "ngram" if model in ("ngram", "[ngram]") else "draft_model"
-        method = "ngram" if method == "[ngram]" else str(method)
-        if method not in SPECULATIVE_METHODS:
-            raise EngineConfigError(
-                f"Unsupported speculative method {method!r}; the simulator models "
-                f"{', '.join(SPECULATIVE_METHODS)}.", config_class="SpeculativeConfig"
-            )
-        k = data.get("num_speculative_tokens")
-        if model is None and k is not None and method in METHODS_NEEDING_A_MODEL:
-            raise EngineConfigError(
-                "num_speculative_tokens was provided but without speculative model.",
-                config_class="SpeculativeConfig")
-        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-            raise EngineConfigError("num_speculative_tokens must be a positive integer.",
-                                    config_class="SpeculativeConfig")
-        if method == "ngram":
-            # vLLM's defaults: both 5, or one taken from the other.
-            lookup_max_given = data.get("prompt_lookup_max")
-            lookup_min = data.get("prompt_lookup_min") or lookup_max_given or 5
-            lookup_max = lookup_max_given or lookup_min
-            if (isinstance(lookup_min, int) and isinstance(lookup_max, int)
-                    and lookup_min > lookup_max):
-                raise EngineConfigError(
-                    f"prompt_lookup_min={lookup_min} must be <= prompt_lookup_max={lookup_max}",
-                    config_class="SpeculativeConfig")
-        draft_cost = 0.0 if method == "ngram" else 0.08 * k
-        return cls(method, k, acceptance_rate, draft_cost)
-
-
-@dataclass(frozen=True, slots=True)
-class MemoryPlan:
-    """Where one GPU's memory goes, as vLLM's start-up profiling would report it (bytes)."""
-
-    total: int
-    requested: int
-    weights: int
-    non_torch: int
-    activation_peak: int
-    cuda_graphs: int
-    kv_cache: int
-    kv_bytes_per_block: int
-    num_blocks: int
-    block_size: int
-
-    @property
-    def kv_tokens(self) -> int:
-        return self.num_blocks * self.block_size
-
-
-@dataclass(frozen=True, slots=True)
-class EngineConfig:
-    """A fully resolved engine configuration (defaults filled in, validated)."""
-
-    model: ModelSpec
-    gpu: GPUSpec
-    served_model_name: str
-    max_num_seqs: int
-    max_num_batched_tokens: int
-    gpu_memory_utilization: float
-    max_model_len: int
-    enable_prefix_caching: bool
-    enable_chunked_prefill: bool
-    kv_cache_dtype: str
-    quantization: str | None
-    tensor_parallel_size: int
-    block_size: int
-    enforce_eager: bool
-    load_format: str
-    speculative: SpeculativeConfig | None
-    data_parallel_size: int = 1
-    """Engine ranks behind the one API server (:mod:`slotune.workers.sim.data_parallel`); each
-    holds this whole configuration (``max_num_seqs``, KV cache, …) on TP devices."""
-    enable_expert_parallel: bool = False
-    seed: int = 0
-    noise: float = 0.0
-    time_scale: float = 1.0
-    cost_model: str = "roofline"
-    calibration: RooflineCalibration | None = None
-    """Roofline factors to run with instead of the engine's own (the twin's learned ones)."""
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def hardware(self) -> HardwareSetup:
-        return HardwareSetup(
-            model=self.model,
-            gpu=self.gpu,
-            tensor_parallel_size=self.tensor_parallel_size,
-            weight_format=self.quantization or "bf16",
-            kv_cache_dtype=self.kv_cache_dtype,
-            enforce_eager=self.enforce_eager,
-            data_parallel_size=self.data_parallel_size,
-            enable_expert_parallel=self.enable_expert_parallel,
-            seed=self.seed,
-        )
-
-    @property
-    def flip_rate(self) -> float:
-        """Per-token probability that lossy numerics change the greedy answer."""
-        return flip_rate(self.quantization, self.kv_cache_dtype)
-
-    def resolved(self) -> dict[str, Any]:
-        """The engine arguments as vLLM would log them (what a trial records)."""
-        return {
-            "model": self.model.name,
-            "served_model_name": self.served_model_name,
-            "max_num_seqs": self.max_num_seqs,
-            "max_num_batched_tokens": self.max_num_batched_tokens,
-            "gpu_memory_utilization": self.gpu_memory_utilization,
-            "max_model_len": self.max_model_len,
-            "enable_prefix_caching": self.enable_prefix_caching,
-            "enable_chunked_prefill": self.enable_chunked_prefill,
-            "kv_cache_dtype": self.kv_cache_dtype,
-            "quantization": self.quantization,
-            "tensor_parallel_size": self.tensor_parallel_size,
-            "data_parallel_size": self.data_parallel_size,
-            "enable_expert_parallel": self.enable_expert_parallel,
-            "block_size": self.block_size,
-            "enforce_eager": self.enforce_eager,
-            "speculative_config": None if self.speculative is None else {
-                "method": self.speculative.method,
-                "num_speculative_tokens": self.speculative.num_speculative_tokens,
-            },
-            "sim_gpu": self.gpu.name,
-        }
-
-
-def default_scheduler_limits(gpu: GPUSpec) -> tuple[int, int]:
-    """vLLM's API-server defaults: (max_num_batched_tokens, max_num_seqs) for this GPU."""
-    if gpu.memory_bytes >= 70 * GiB and "a100" not in gpu.device_name.lower():
-        return 8192, 1024
-    return 2048, 256
-
-
-def check_tensor_parallel(model: ModelSpec, tensor_parallel_size: int) -> None:
-    """vLLM's check (ModelConfig.verify_with_parallel_config), in its own words."""
-    if tensor_parallel_size < 1:
-        raise EngineConfigError(f"tensor_parallel_size must be >= 1, got {tensor_parallel_size}.")
-    if model.num_attention_heads % tensor_parallel_size:
-        raise EngineConfigError(
-            f"Total number of attention heads ({model.num_attention_heads}) must be "
-            f"divisible by tensor parallel size ({tensor_parallel_size}).",
-            config_class="VllmConfig",
-        )
-
-
-def check_parallel_layout(model: ModelSpec, tensor_parallel_size: int,
-                          data_parallel_size: int = 1,
-                          enable_expert_parallel: bool = False) -> None:
-    """The layout's checks: vLLM's head count (:func:`check_tensor_parallel`), the
-    experts' width that vLLM's ``FusedMoEConfig`` asserts divides across the TP × DP
-    devices without expert parallelism (vLLM says only ``AssertionError``; these words
-    are ours), and expert parallelism on a model without experts (vLLM ignores the flag;
-    refused here so a search does not spend a trial on a layout that equals another)."""
-    check_tensor_parallel(model, tensor_parallel_size)
-    if data_parallel_size < 1:
-        raise EngineConfigError(f"data_parallel_size must be >= 1, got {data_parallel_size}.")
-    moe = model.moe
-    if moe is None:
-        if enable_expert_parallel:
-            raise EngineConfigError(
-                f"enable_expert_parallel is set but {model.name} has no experts (its "
-                "config.json declares no mixture-of-experts layers): expert parallelism "
-                "has nothing to split; leave it off for a dense model.")
-        return
-    devices = tensor_parallel_size * data_parallel_size
-    if not enable_expert_parallel and moe.expert_intermediate_size % devices:
-        raise EngineConfigError(
-            f"The experts' intermediate size ({moe.expert_intermediate_size}) must be "
-            f"divisible by tensor_parallel_size × data_parallel_size ({devices}): without "
-            "expert parallelism vLLM shards every expert across all of those devices "
-            "(FusedMoEConfig: assert intermediate_size % tp_size == 0). Enable expert "
-            "parallelism or choose sizes that divide it.")
-
-
-def build_config(
-    model: str,
-    *,
-    sim_gpu: str = "h100-sxm",
-    served_model_name: str | None = None,
-    max_num_seqs: int | None = None,
-    max_num_batched_tokens: int | None = None,
-    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
-    max_model_len: int | None = None,
-    enable_prefix_caching: bool = True,
-    enable_chunked_prefill: bool = True,
-    kv_cache_dtype: str = "auto",
-    quantization: str | None = None,
-    speculative_config: str | None = None,
-    tensor_parallel_size: int = 1,
-    data_parallel_size: int = 1,
-    enable_expert_parallel: bool = False,
-    block_size: int = DEFAULT_BLOCK_SIZE,
-    enforce_eager: bool = False,
-    load_format: str = "auto",
-    sim_seed: int = 0,
-    sim_noise: float = 0.0,
-    sim_time_scale: float = 1.0,
-    sim_cost_model: str = "roofline",
-    sim_acceptance_rate: float = 0.6,
-) -> EngineConfig:
-    """Resolve defaults and run vLLM's argument checks (not the memory check)."""
-    model_spec = get_model(model)
-    gpu = get_gpu(sim_gpu)
-    if kv_cache_dtype not in KV_BYTES:
-        raise EngineConfigError(
-            f"Unknown kv cache dtype {kv_cache_dtype!r}; valid: {', '.join(KV_CACHE_DTYPES)}"
-        )
-    if quantization is not None and quantization not in WEIGHT_BYTES:
-        raise EngineConfigError(
-            f"Unknown quantization method: {quantization}. Must be one of {list(QUANTIZATIONS)}."
-        )
-    check_parallel_layout(model_spec, tensor_parallel_size, data_parallel_size,
-                          enable_expert_parallel)
-    # CacheConfig's field bound (0, 1]; pydantic words it.
-    if gpu_memory_utilization > 1.0:
-        raise EngineConfigError(
-            "Input should be less than or equal to 1", config_class="CacheConfig",
-            field="gpu_memory_utilization", error_type="less_than_equal",
-            input_value=gpu_memory_utilization,
-        )
-    if gpu_memory_utilization <= 0.0:
-        raise EngineConfigError(
-            "Input should be greater than 0", config_class="CacheConfig",
-            field="gpu_memory_utilization", error_type="greater_than",
-            input_value=gpu_memory_utilization,
-        )
-    if block_size not in VALID_BLOCK_SIZES:
-        raise EngineConfigError(
-            f"Invalid block size {block_size}; valid: {', '.join(map(str, VALID_BLOCK_SIZES))}"
-        )
-    derived_len = model_spec.max_position_embeddings
-    if max_model_len is None:
-        max_model_len = derived_len
-    elif max_model_len > derived_len:
-        raise EngineConfigError(
-            f"User-specified max_model_len ({max_model_len}) is greater than the derived "
-            f"max_model_len (max_position_embeddings={float(derived_len)} or "
-            "model_max_length=None in model's config.json). To allow overriding this "
-            "maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1. "
-            "VLLM_ALLOW_LONG_MAX_MODEL_LEN must be used with extreme caution. If the model "
-            "uses relative position encoding (RoPE), positions exceeding "
-            "derived_max_model_len lead to nan. If the model uses absolute position "
-            "encoding, positions exceeding derived_max_model_len will cause a CUDA array "
-            "out-of-bounds error.",
-            config_class="ModelConfig",
-        )
-    elif max_model_len < 1:
-        raise EngineConfigError(f"max_model_len must be positive, got {max_model_len}.")
-    default_tokens, default_seqs = default_scheduler_limits(gpu)
-    if max_num_seqs is None:
-        max_num_seqs = default_seqs
-    if max_num_batched_tokens is None:
-        max_num_batched_tokens = default_tokens
-        if not enable_chunked_prefill:
-            # Without chunked prefill a prompt must fit one step, so vLLM raises the budget.
-            max_num_batched_tokens = max(max_model_len, default_tokens)
-    if max_num_seqs < 1:
-        raise EngineConfigError(f"max_num_seqs must be positive, got {max_num_seqs}.")
-    # SchedulerConfig.verify_max_model_len, in its order.
-    if not enable_chunked_prefill and max_num_batched_tokens < max_model_len:
-        raise EngineConfigError(
-            f"max_num_batched_tokens ({max_num_batched_tokens}) is smaller than max_model_len "
-            f"({max_model_len}). This effectively limits the maximum sequence length to "
-            "max_num_batched_tokens and makes vLLM reject longer sequences. Please increase "
-            "max_num_batched_tokens or decrease max_model_len.",
-            config_class="SchedulerConfig",
-        )
-    if max_num_batched_tokens < max_num_seqs:
-        raise EngineConfigError(
-            f"max_num_batched_tokens ({max_num_batched_tokens}) must be greater than or "
-            f"equal to max_num_seqs ({max_num_seqs}).",
-            config_class="SchedulerConfig",
-        )
-    if not 0.0 <= sim_acceptance_rate <= 1.0:
-        raise EngineConfigError(
-            f"--sim-acceptance-rate must be in [0, 1], got {sim_acceptance_rate}."
-        )
-    if sim_noise < 0:
-        raise EngineConfigError(f"--sim-noise must be >= 0, got {sim_noise}.")
-    if sim_time_scale <= 0:
-        raise EngineConfigError(f"--sim-time-scale must be > 0, got {sim_time_scale}.")
-    speculative = (
-        SpeculativeConfig.parse(speculative_config, sim_acceptance_rate)
-        if speculative_config else None
-    )
-    return EngineConfig(
-        model=model_spec,
-        gpu=gpu,
-        served_model_name=served_model_name or model,
-        max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens,
-        gpu_memory_utilization=gpu_memory_utilization,
-        max_model_len=max_model_len,
-        enable_prefix_caching=enable_prefix_caching,
-        enable_chunked_prefill=enable_chunked_prefill,
-        kv_cache_dtype=kv_cache_dtype,
-        quantization=quantization,
-        tensor_parallel_size=tensor_parallel_size,
-        block_size=block_size,
-        enforce_eager=enforce_eager,
-        load_format=load_format,
-        speculative=speculative,
-        data_parallel_size=data_parallel_size,
-        enable_expert_parallel=enable_expert_parallel,
-        seed=sim_seed,
-        noise=sim_noise,
-        time_scale=sim_time_scale,
-        cost_model=sim_cost_model,
-    )
-
-
-def activation_bytes_per_token(config: EngineConfig) -> float:
-    """Peak activation memory per batched token on one rank.
-
-    bf16 buffers of the profile run: residual, norms and attention projections (≈16
-    hidden-sized vectors) and the fused gate/up output with its activation (≈6
-    intermediate-sized vectors, split across TP ranks). A MoE layer's are the top-k
-    experts' (fused-MoE keeps a token's k intermediate rows), over the widest the rank
-    holds: whole experts with expert parallelism, a TP × DP slice without.
-    """
-    m, tp = config.model, config.tensor_parallel_size
-    width = m.intermediate_size / tp
-    layout = config.hardware.expert_layout
-    if m.moe is not None and layout is not None:
-        expert = m.moe.expert_intermediate_size / (1 if layout.expert_parallel
-                                                     else layout.devices)
-        width = m.moe.experts_per_token * expert + m.moe.shared_intermediate_size / tp
-    return 2.0 * (16 * m.hidden_size + 6 * width)
-
-
-def weight_bytes(config: EngineConfig) -> int:
-    """Weights on one device: quantised layers; embeddings and lm_head stay in bf16.
-
-    Everything is split across the TP ranks of a DP rank, except a MoE model's routed
-    experts: all of them resident, spread over all TP × DP devices
-    (:func:`slotune.workers.sim.moe.expert_layout`: the busiest device's share)."""
-    m = config.model
-    embed = m.vocab_size * m.hidden_size * (1 if m.tie_word_embeddings else 2)
-    experts = m.routed_expert_params
-    layer_params = m.params - embed - experts
-    per_param = WEIGHT_BYTES[config.quantization or "bf16"]
-    layout = config.hardware.expert_layout
-    share = 0.0 if layout is None else layout.weight_share
-    return int((layer_params * per_param + embed * 2.0) / config.tensor_parallel_size
-               + experts * per_param * share)
-
-
-def plan_memory(config: EngineConfig) -> MemoryPlan:
-    """Size the KV cache as vLLM's profiling does, refusing what vLLM refuses."""
-    total = config.gpu.memory_bytes
-    requested = int(config.gpu_memory_utilization * total)
-    weights = weight_bytes(config)
-    if weights > total:
-        raise EngineConfigError(
-            f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
-            f"{weights / GiB:.2f} GiB for the model weights. GPU 0 has a total capacity of "
-            f"{total / GiB:.2f} GiB. Use a larger --tensor-parallel-size or --quantization."
-        )
-    # NCCL buffers for each peer the device talks to: its TP group, and the DP group's.
-    peers = config.tensor_parallel_size * config.data_parallel_size - 1
-    non_torch = NON_TORCH_BYTES + NCCL_BYTES_PER_PEER * peers
-    # The sampler's dummy run holds fp32 logits for max_num_seqs rows, plus the probs and
-    # sort buffers of top-p/top-k: about four logits-sized tensors.
-    sampler_logits = config.max_num_seqs * config.model.vocab_size * 4 * 4
-    activation = int(config.max_num_batched_tokens * activation_bytes_per_token(config)
-                     + sampler_logits)
-    graphs = 0 if config.enforce_eager else CUDA_GRAPH_BASE_BYTES + config.max_num_seqs * 64 * 1024
-    kv_cache = requested - weights - non_torch - activation - graphs
-    kv_per_token = config.model.kv_bytes_per_token(
-        KV_BYTES[config.kv_cache_dtype], config.tensor_parallel_size
-    )
-    block_bytes = int(kv_per_token * config.block_size)
-    if kv_cache <= 0:
-        raise EngineConfigError(
-            "No available memory for the cache blocks. Try increasing "
-            "`gpu_memory_utilization` when initializing the engine (this flag also controls "
-            "CPU memory reservation on the CPU backend, despite its name). "
-            f"See {CONSERVING_MEMORY_URL} for more details."
-        )
-    num_blocks = kv_cache // block_bytes
-    needed_blocks = math.ceil(config.max_model_len / config.block_size)
-    if needed_blocks > num_blocks:
-        needed = needed_blocks * block_bytes
-        estimated_max_len = num_blocks * config.block_size
-        estimate = ("" if estimated_max_len <= 0 else "Based on the available memory, the "
-                    f"estimated maximum model length is {estimated_max_len}. ")
-        raise EngineConfigError(
-            f"To serve at least one request with the model's max seq len "
-            f"({config.max_model_len}), ({round(needed / GiB, 2)} GiB KV cache is needed, "
-            "which is larger than the available KV cache memory "
-            f"({round(kv_cache / GiB, 2)} GiB). {estimate}"
-            "Try increasing `gpu_memory_utilization` (which also controls CPU memory on the "
-            "CPU backend) or decreasing `max_model_len` when initializing the engine. "
-            f"See {CONSERVING_MEMORY_URL} for more details."
-        )
-    return MemoryPlan(
-        total=total, requested=requested, weights=weights, non_torch=non_torch,
-        activation_peak=activation, cuda_graphs=graphs, kv_cache=kv_cache,
-        kv_bytes_per_block=block_bytes, num_blocks=num_blocks, block_size=config.block_size,
-    )
-
-
-def runtime_oom_tokens(config: EngineConfig) -> int | None:
-    """The smallest step size (batched tokens) that OOMs at run time, or None if none does.
-
-    What gpu_memory_utilization leaves free must hold the allocations profiling does not
-    see; those grow with the step's batch.
-    """
-    headroom = config.gpu.memory_bytes * (1.0 - config.gpu_memory_utilization)
-    per_token = activation_bytes_per_token(config) * RUNTIME_ACTIVATION_SHARE
-    spare = headroom - RUNTIME_UNPROFILED_BYTES
-    if spare < 0:
-        return 1
-    tokens = int(spare / per_token) + 1
-    return tokens if tokens <= config.max_num_batched_tokens else None
-
-
-def startup_log_lines(config: EngineConfig, plan: MemoryPlan) -> list[str]:
-    """The start-up lines vLLM 0.32 logs on a GPU, with this configuration's figures.
-
-    The words are vLLM's (``tests/fixtures/vllm/startup_healthy.log`` holds a real
-    log); ``slotune.workers.engines.parse_startup_log`` reads the same facts from both.
-    """
-    max_concurrency = plan.kv_tokens / config.max_model_len
-    phases = startup_phases(config, plan)
-    load = phases["model_loading"]
-    spec = config.speculative
-    speculative = "None" if spec is None else (
-        f"SpeculativeConfig(method={spec.method}, "
-        f"num_spec_tokens={spec.num_speculative_tokens})")
-    return [
-        f"Resolved architecture for {config.model.name} on {config.gpu.device_name} "
-        f"(simulated), tensor_parallel_size={config.tensor_parallel_size}, "
-        f"data_parallel_size={config.data_parallel_size}, "
-        f"enable_expert_parallel={config.enable_expert_parallel}",
-        f"Using max model len {config.max_model_len}",
-        *([f"Chunked prefill is enabled with max_num_batched_tokens="
-           f"{config.max_num_batched_tokens}."] if config.enable_chunked_prefill else []),
-        f"Initializing a V1 LLM engine (v{SIM_ENGINE_VERSION}) with config: "
-        f"model='{config.model.name}', speculative_config={speculative}, "
-        f"tokenizer='{config.model.name}', dtype=torch.bfloat16, "
-        f"max_seq_len={config.max_model_len}, load_format={config.load_format}, "
-        f"tensor_parallel_size={config.tensor_parallel_size}, pipeline_parallel_size=1, "
-        f"quantization={config.quantization}, enforce_eager={config.enforce_eager}, "
-        f"kv_cache_dtype={config.kv_cache_dtype}, device_config=cuda, seed={config.seed}, "
-        f"served_model_name={config.served_model_name}, "
-        f"enable_prefix_caching={config.enable_prefix_caching}, "
-        f"enable_chunked_prefill={config.enable_chunked_prefill}",
-        f"Starting to load model {config.model.name}...",
-        f"Initializing model took {phases['initialize_model']:.6f} seconds",
-        # vLLM's dummy loader fills the weights in place and reports no load time.
-        *([f"Loading weights took {phases['load_weights']:.2f} seconds"]
-          if "load_weights" in phases else []),
-        f"Model loading took {round(plan.weights / GiB, 2)} GiB memory and {load:.6f} seconds",
-        f"Available KV cache memory: {round(plan.kv_cache / GiB, 2)} GiB",
-        f"GPU KV cache size: {plan.kv_tokens:,} tokens, Maximum concurrency for "
-        f"{config.max_model_len:,} tokens per request: {max_concurrency:.2f}x",
-        *([f"Graph capturing finished in {phases['graph_capture']:.0f} secs, took "
-           f"{plan.cuda_graphs / GiB:.2f} GiB"] if "graph_capture" in phases else []),
-        f"init engine (profile, create kv cache, warmup model) took "
-        f"{phases['init_engine']:.2f} s",
-    ]
-
-
-def startup_phases(config: EngineConfig, plan: MemoryPlan) -> dict[str, float]:
-    """The start-up phases the simulated engine reports, seconds, in the keys
-    ``slotune.workers.engines.parse_startup_log`` reads from vLLM's lines (the log prints these;
-    the virtual-time trial records them as they are). As in vLLM 0.32, "init engine"
-    contains the graph capture; the simulator models no torch.compile."""
-    load = load_seconds(config, plan)
-    phases = {"initialize_model": INIT_MODEL_SECONDS, "model_loading": load}
-    if config.load_format != "dummy":
-        phases["load_weights"] = load
-    graphs = 0.0
-    if not config.enforce_eager:
-        graphs = phases["graph_capture"] = graph_capture_seconds(config)
-    phases["init_engine"] = PROFILE_SECONDS + graphs
-    return phases
-
-
-# Start-up phases the simulator reports but does not vary: building the model's modules,
-# and the profile run with KV cache allocation and warm-up.
-INIT_MODEL_SECONDS = 0.15
-PROFILE_SECONDS = 1.0
-
-
-def load_seconds(config: EngineConfig, plan: MemoryPlan) -> float:
-    """Weight loading time vLLM would report (≈2 GB/s from a warm page cache; dummy is instant)."""
-    if config.load_format == "dummy":
-        return 0.1
-    return plan.weights / 2e9
-
-
-def graph_capture_seconds(config: EngineConfig) -> float:
-    """CUDA graph capture time: one graph per batch-size bucket up to max_num_seqs."""
-    return 2.0 + 0.01 * min(config.max_num_seqs, 512)
-
-
-def _bool_flag(parser: argparse.ArgumentParser, name: str, default: bool, help_text: str) -> None:
-    parser.add_argument(
-        f"--{name}", action=argparse.BooleanOptionalAction, default=default, help=help_text
-    )
-
-
-def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
-    """vLLM's flag names (as ``vllm serve`` spells them) plus the simulator's own."""
-    parser.add_argument("model", help="model name, e.g. Qwen/Qwen2.5-7B-Instruct, or a local "
-                                      "directory holding a config.json")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--served-model-name", default=None)
-    parser.add_argument("--max-num-seqs", type=int, default=None)
-    parser.add_argument("--max-num-batched-tokens", type=int, default=None)
-    parser.add_argument("--gpu-memory-utilization", type=float,
-                        default=DEFAULT_GPU_MEMORY_UTILIZATION)
-    parser.add_argument("--max-model-len", type=int, default=None)
-    _bool_flag(parser, "enable-prefix-caching", True, "reuse KV blocks of shared prefixes")
-    _bool_flag(parser, "enable-chunked-prefill", True, "split long prompts across steps")
-    parser.add_argument("--kv-cache-dtype", choices=KV_CACHE_DTYPES, default="auto")
-    parser.add_argument("--quantization", "-q", choices=QUANTIZATIONS, default=None)
-    parser.add_argument("--speculative-config", default=None,
-                        help='JSON, e.g. \'{"method":"ngram","num_speculative_tokens":5}\'')
-    parser.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
-    parser.add_argument("--data-parallel-size", "-dp", type=int, default=1)
-    _bool_flag(parser, "enable-expert-parallel", False,
-               "place whole experts on ranks instead of sharding every expert (MoE models)")
-    parser.add_argument("--block-size", type=int, default=DEFAULT_BLOCK_SIZE)
-    _bool_flag(parser, "enforce-eager", False, "run without CUDA graphs")
-    parser.add_argument("--load-format", default="auto")
-    # The --sim-* defaults can come from SLOTUNE_SIM_* variables, so a launcher that only
-    # speaks vLLM's flags (the vllm adapter pointed at this entry) can still pick them.
-    env = os.environ.get
-    # No argparse choices: a device file's path is a GPU too; build_config refuses an
-    # unknown one with the list of valid names.
-    parser.add_argument("--sim-gpu", default=env("SLOTUNE_SIM_GPU", "h100-sxm"),
-                        help=f"the simulated GPU type: {', '.join(SIM_GPUS)} (or an alias), or "
-                             "the path of a device file (.yaml/.yml/.json; env SLOTUNE_SIM_GPU)")
-    parser.add_argument("--sim-seed", type=int, default=int(env("SLOTUNE_SIM_SEED", "0")))
-    parser.add_argument("--sim-noise", type=float, default=float(env("SLOTUNE_SIM_NOISE", "0")),
-                        help="run-to-run jitter of step times (relative std dev); 0 = exact")
-    parser.add_argument("--sim-time-scale", type=float,
-                        default=float(env("SLOTUNE_SIM_TIME_SCALE", "1")),
-                        help="run the real-time driver this many times faster than real time")
-    parser.add_argument("--sim-cost-model", default=env("SLOTUNE_SIM_COST_MODEL", "roofline"))
-    parser.add_argument("--sim-acceptance-rate", type=float, default=0.6,
-                        help="speculative decoding: probability each proposed token is accepted")
-    parser.add_argument("--sim-startup-delay", type=float, default=None,
-                        help="seconds to wait before /health turns 200 "
-                             "(default: the modelled load time divided by the time scale, ≤ 2 s)")
-
-
-def config_from_args(args: argparse.Namespace) -> EngineConfig:
-    return build_config(
-        args.model,
-        sim_gpu=args.sim_gpu,
-        served_model_name=args.served_model_name,
-        max_num_seqs=args.max_num_seqs,
-        max_num_batched_tokens=args.max_num_batched_tokens,
-        gpu_memory_utilization=args.gpu_memory_utilization,
-        max_model_len=args.max_model_len,
-        enable_prefix_caching=args.enable_prefix_caching,
-        enable_chunked_prefill=args.enable_chunked_prefill,
-        kv_cache_dtype=args.kv_cache_dtype,
-        quantization=args.quantization,
-        speculative_config=args.speculative_config,
-        tensor_parallel_size=args.tensor_parallel_size,
-        data_parallel_size=args.data_parallel_size,
-        enable_expert_parallel=args.enable_expert_parallel,
-        block_size=args.block_size,
-        enforce_eager=args.enforce_eager,
-        load_format=args.load_format,
-        sim_seed=args.sim_seed,
-        sim_noise=args.sim_noise,
-        sim_time_scale=args.sim_time_scale,
-        sim_cost_model=args.sim_cost_model,
-        sim_acceptance_rate=args.sim_acceptance_rate,
-    )
+__all__ = [
+    "CONSERVING_MEMORY_URL",
+    "CUDA_GRAPH_BASE_BYTES",
+    "DEFAULT_BLOCK_SIZE",
+    "DEFAULT_GPU_MEMORY_UTILIZATION",
+    "INIT_MODEL_SECONDS",
+    "KV_CACHE_DTYPES",
+    "METHODS_NEEDING_A_MODEL",
+    "NCCL_BYTES_PER_PEER",
+    "NON_TORCH_BYTES",
+    "PROFILE_SECONDS",
+    "PYDANTIC_ERRORS_URL",
+    "QUANTIZATIONS",
+    "RUNTIME_ACTIVATION_SHARE",
+    "RUNTIME_UNPROFILED_BYTES",
+    "SIM_ENGINE_VERSION",
+    "SIM_GPUS",
+    "SPECULATIVE_METHODS",
+    "VALID_BLOCK_SIZES",
+    "EngineConfig",
+    "EngineConfigError",
+    "MemoryPlan",
+    "SpeculativeConfig",
+    "activation_bytes_per_token",
+    "add_engine_arguments",
+    "build_config",
+    "check_parallel_layout",
+    "check_tensor_parallel",
+    "config_from_args",
+    "default_scheduler_limits",
+    "graph_capture_seconds",
+    "load_seconds",
+    "plan_memory",
+    "runtime_oom_tokens",
+    "startup_log_lines",
+    "startup_phases",
+    "weight_bytes",
+]

@@ -54,6 +54,7 @@ from slotune.workers.contracts import (
 from slotune.workers.loadgen.client import RequestRecord
 from slotune.workers.loadgen.generate.sessions import session_summary, steady_arrivals_s
 from slotune.workers.loadgen.runner import BenchmarkRun, SendLag
+from slotune.workers.loadgen.score.gate import slo_gate
 from slotune.workers.loadgen.score.scoring import (
     PROBE_PERCENTILES,
     Score,
@@ -294,8 +295,11 @@ def probe_workload(spec: TrialSpec, rate: float, index: int, run: int = 0,
 
 def over_error_budget(spec: TrialSpec, score: Score, records: Sequence[RequestRecord]
                       ) -> str | None:
-    """Why a run failed too many requests to be scored, or None."""
-    if not score.num_requests or score.failed / score.num_requests <= spec.max_error_rate:
+    """Why a run failed too many requests to be scored, or None (the gate's budget)."""
+    gate = slo_gate(spec.slo, {c.metric: c.observed_ms for c in score.checks},
+                    requests=score.num_requests, failed=score.failed,
+                    max_error_rate=spec.max_error_rate)
+    if gate.outcome != "over_budget":
         return None
     errors = sorted({r.error for r in records if r.error})[:3]
     return (f"{score.failed} of {score.num_requests} requests failed (bound "

@@ -6,13 +6,15 @@ it is a POST only because the question is a body.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from fastapi import APIRouter
 
-from slotune.tuner.api.deps import SettingsDep, StoreDep
+from slotune.tuner.api.deps import ReadCacheDep, SettingsDep
 from slotune.tuner.api.errors import ERROR_RESPONSES
 from slotune.tuner.api.params import canonical_slo
 from slotune.tuner.api.schemas import CapacityIn, CapacityOut
-from slotune.tuner.db.store import Store
+from slotune.tuner.db.snapshot import WorkloadSnapshot
 from slotune.tuner.planning.planner import plan_capacity
 from slotune.tuner.settings import Settings
 
@@ -22,7 +24,7 @@ router = APIRouter(tags=["capacity"], responses=ERROR_RESPONSES)
 
 
 @router.post("/capacity", response_model=CapacityOut)
-def capacity(question: CapacityIn, store: StoreDep, settings: SettingsDep) -> CapacityOut:
+def capacity(question: CapacityIn, cache: ReadCacheDep, settings: SettingsDep) -> CapacityOut:
     """The cheapest number of replicas of which configuration that carries ``target_rps``
     within the SLO.
 
@@ -39,15 +41,19 @@ def capacity(question: CapacityIn, store: StoreDep, settings: SettingsDep) -> Ca
     the SLOs that were), 422 when nothing met the SLO, several SLOs match and none was
     named, or a price is not a number from 0 to 1e6.
     """
-    return answer(question, store, settings)
+    return answer(question, cache.snapshot, settings)
 
 
-def answer(question: CapacityIn, store: Store, settings: Settings) -> CapacityOut:
+def answer(question: CapacityIn, snapshot_of: Callable[[str], WorkloadSnapshot],
+           settings: Settings) -> CapacityOut:
     """The route's answer, for callers without HTTP (``slotune plan``): the same planner,
-    prices and shape. Raises what :func:`~slotune.tuner.planning.planner.plan_capacity` raises, and
-    :class:`~slotune.tuner.api.errors.InvalidInput` for an SLO that does not parse."""
-    plan = plan_capacity(store, workload=question.workload, target_rps=question.target_rps,
+    prices and shape, on ``snapshot_of(workload)`` (the route's cached snapshot, the CLI's
+    freshly loaded one). Raises what :func:`~slotune.tuner.planning.planner.plan_capacity` and
+    ``snapshot_of`` raise (:class:`~slotune.tuner.db.errors.NotFound`), and
+    :class:`~slotune.tuner.api.errors.InvalidInput` for an SLO that does not parse (first)."""
+    key = canonical_slo(question.slo, ("body", "slo"))
+    prices = settings.planner.prices(question.gpu_prices)
+    plan = plan_capacity(snapshot_of(question.workload), target_rps=question.target_rps,
                          headroom=question.headroom, model=question.model, gpu=question.gpu,
-                         slo=canonical_slo(question.slo, ("body", "slo")),
-                         gpu_prices=settings.planner.prices(question.gpu_prices))
+                         slo=key, gpu_prices=prices)
     return CapacityOut.from_plan(plan)

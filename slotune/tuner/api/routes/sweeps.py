@@ -7,12 +7,12 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Response, status
 
-from slotune.tuner.api.deps import SettingsDep, StoreDep, UniqueKeys, WriterDep
+from slotune.tuner.api.deps import ReadCacheDep, SettingsDep, StoreDep, UniqueKeys, WriterDep
 from slotune.tuner.api.errors import ERROR_RESPONSES, InvalidInput
 from slotune.tuner.api.params import Limit, NameFilter, Offset, SweepId
 from slotune.tuner.api.schemas import CardOut, ListOut, SweepOut, TrialOut
 from slotune.tuner.db.models import SweepStatus, SweepTrialStatus, TrialRole
-from slotune.tuner.report import render_report
+from slotune.tuner.report import build_report, render
 from slotune.tuner.spaces import SpaceError
 from slotune.tuner.sweep.placement import declared_cluster, unplaceable_layouts
 from slotune.tuner.sweep.request import REQUEST_ERRORS, SweepRequest, queue_sweep, resolve
@@ -104,9 +104,11 @@ def list_cards(sweep_id: SweepId, store: StoreDep) -> ListOut[CardOut]:
 
 @router.get("/{sweep_id}/report", response_class=Response,
             responses={200: {"content": {"text/html": {}, "text/markdown": {}}}})
-def sweep_report(sweep_id: SweepId, store: StoreDep,
+def sweep_report(sweep_id: SweepId, cache: ReadCacheDep,
                  format: Annotated[Literal["html", "md"], Query()] = "html") -> Response:
-    """The sweep's report, rendered by :mod:`slotune.tuner.report` (HTML or Markdown)."""
-    text = render_report(store, sweep_id, format)
+    """The sweep's report, rendered by :mod:`slotune.tuner.report` (HTML or Markdown) from its
+    workload's snapshot, once per change of it."""
+    text = cache.derived(cache.workload_of_sweep(sweep_id), ("report", sweep_id, format),
+                         lambda snapshot: render(build_report(snapshot, sweep_id), format))
     media = "text/html; charset=utf-8" if format == "html" else "text/markdown; charset=utf-8"
     return Response(text, media_type=media)

@@ -5,14 +5,16 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Header, Query
+from fastapi import APIRouter, Header, Query, Response
 from fastapi.responses import PlainTextResponse
+from pydantic import TypeAdapter
 
-from slotune.tuner.api.deps import SettingsDep, StoreDep
+from slotune.tuner.api.deps import ReadCacheDep, SettingsDep, StoreDep
 from slotune.tuner.api.errors import ERROR_RESPONSES, InvalidInput
 from slotune.tuner.api.params import NameFilter, NamePath, SloFilter, canonical_slo
 from slotune.tuner.api.schemas import BestListOut, BestOut, ListOut, NoPassingOut, WorkloadOut
 from slotune.tuner.db.records import BestConfig, NoPassingConfig
+from slotune.tuner.db.snapshot import WorkloadSnapshot
 from slotune.tuner.planning.frontier import AmbiguousGroup, Frontier, build_frontier, to_csv
 from slotune.tuner.planning.planner import AmbiguousSlo
 
@@ -61,12 +63,12 @@ def best_for_workload(name: NamePath, store: StoreDep, model: NameFilter = None,
             responses={200: {"content": {"text/csv": {}},
                              "description": "JSON, or CSV (one row per point) with "
                                             "format=csv or Accept: text/csv"}})
-def frontier(name: NamePath, store: StoreDep, settings: SettingsDep,
+def frontier(name: NamePath, cache: ReadCacheDep, settings: SettingsDep,
              model: NameFilter = None, gpu: NameFilter = None, slo: SloFilter = None,
              fmt: Annotated[Literal["json", "csv"] | None, Query(
                  alias="format",
                  description="json (default) or csv; else the Accept header decides")] = None,
-             accept: Annotated[str | None, Header()] = None) -> Frontier | PlainTextResponse:
+             accept: Annotated[str | None, Header()] = None) -> Response:
     """Every probed point of the workload's capacity sweeps on one (model, GPU) —
     interactivity (output tokens/s per user = 1000 ÷ TPOT at the SLO's percentile)
     against output tokens/s per GPU (and per dollar where the GPU is priced) — with the
@@ -76,17 +78,29 @@ def frontier(name: NamePath, store: StoreDep, settings: SettingsDep,
     404: an unknown workload, or no capacity sweep of it. 422: measured on several
     (model, GPU) or under several SLOs and none named (the message lists them).
     """
+    key = canonical_slo(slo)
+    prices = settings.planner.prices(None)
+    csv = fmt == "csv" or (fmt is None and accept is not None and "text/csv" in accept)
+
+    def rendered(snapshot: WorkloadSnapshot) -> bytes | str:
+        answer = build_frontier(snapshot, model=model, gpu=gpu, slo=key, gpu_prices=prices)
+        # The bytes FastAPI itself would send for the model (its JSON fast path), made
+        # once per change of the workload rather than once per request.
+        return to_csv(answer) if csv else _FRONTIER_JSON.dump_json(answer, by_alias=True)
+
     try:
-        answer = build_frontier(store, workload=name, model=model, gpu=gpu,
-                                slo=canonical_slo(slo),
-                                gpu_prices=settings.planner.prices(None))
+        body = cache.derived(name, ("frontier", model, gpu, key, tuple(sorted(prices.items())),
+                                    csv), rendered)
     except AmbiguousGroup as exc:
         raise InvalidInput(("query", exc.field), str(exc), "ambiguous") from None
     except AmbiguousSlo as exc:
         raise InvalidInput(("query", "slo"), str(exc), "ambiguous_slo") from None
-    if fmt == "csv" or (fmt is None and accept is not None and "text/csv" in accept):
-        return PlainTextResponse(to_csv(answer), media_type="text/csv")
-    return answer
+    if isinstance(body, str):
+        return PlainTextResponse(body, media_type="text/csv")
+    return Response(body, media_type="application/json")
+
+
+_FRONTIER_JSON = TypeAdapter(Frontier)
 
 
 @router.get("/best", response_model=BestListOut)

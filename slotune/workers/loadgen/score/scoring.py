@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from slotune.workers.contracts import SLO, SLO_METRICS, SLOMetric
+from slotune.workers.loadgen.score.gate import CONSTRAINT_CAP, GateCheck, slo_gate
 
 if TYPE_CHECKING:  # annotations only: scoring needs no HTTP client at run time
     from slotune.workers.loadgen.client import RequestRecord
@@ -57,7 +58,6 @@ __all__ = [
     "violated_metrics",
 ]
 
-CONSTRAINT_CAP = 1000.0
 DEFAULT_PERCENTILES: tuple[float, ...] = (50.0, 90.0, 95.0, 99.0)
 PROBE_PERCENTILES: tuple[float, ...] = (50.0, 90.0, 95.0, 99.0, 99.9)
 """The percentiles a capacity probe keeps of each metric (and its SLO's own)."""
@@ -93,20 +93,6 @@ class MetricSummary:
     median: float
     std: float
     percentiles: dict[float, float]
-
-
-@dataclass(frozen=True, slots=True)
-class GateCheck:
-    """One SLO target against its observed percentile (ms; None = infinite: failures)."""
-
-    metric: SLOMetric
-    target_ms: float
-    observed_ms: float | None
-    ok: bool
-    constraint: float
-    """observed/target − 1, ≤ 0 feasible, capped at CONSTRAINT_CAP."""
-    margin_ms: float | None
-    """target − observed (positive = headroom)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,15 +247,6 @@ def _percentile_ms(values_s: list[float], q: float) -> float:
     return percentile(values_s, q) * _MS if values_s else 0.0
 
 
-def _check(metric: SLOMetric, target_ms: float, values_s: list[float], q: float) -> GateCheck:
-    observed = _percentile_ms(values_s, q)
-    if math.isinf(observed):
-        return GateCheck(metric, target_ms, None, False, CONSTRAINT_CAP, None)
-    constraint = min(observed / target_ms - 1.0, CONSTRAINT_CAP)
-    return GateCheck(metric, target_ms, observed, observed <= target_ms, constraint,
-                     target_ms - observed)
-
-
 def score(
     records: Sequence[RequestRecord],
     duration_s: float,
@@ -299,22 +276,17 @@ def score(
         "itl": summarize([g for _, m in ok for g in m.itls], pcts),
         "e2el": summarize([m.e2el for _, m in ok], pcts),
     }
-    checks = [
-        _check(k, t, gate_values(k, per_request), slo.percentile) for k, t in targets.items()
-    ]
+    observed = {k: _percentile_ms(gate_values(k, per_request), slo.percentile)
+                for k in targets}
+    gate_of_run = slo_gate(slo, observed, requests=len(records),
+                           failed=len(records) - completed)
+    checks = list(gate_of_run.checks)
     if aborted is not None:
         gate, reason = False, f"early abort: {aborted}"
-    elif completed == 0:
+    elif gate_of_run.outcome == "none_completed":
         gate, reason = False, "no request completed successfully"
-    elif failed := [c.metric for c in checks if not c.ok]:
-        gate = False
-        reason = "; ".join(
-            f"p{slo.percentile:g} {c.metric} "
-            + ("infinite (failed requests)" if c.observed_ms is None else f"{c.observed_ms:.1f} ms")
-            + f" > {c.target_ms:g} ms"
-            for c in checks
-            if c.metric in failed
-        )
+    elif gate_of_run.outcome == "targets_broken":
+        gate, reason = False, gate_of_run.broken_reason
     else:
         gate, reason = True, f"all targets met ({slo})" if targets else "no SLO targets"
 

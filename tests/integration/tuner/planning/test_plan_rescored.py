@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from slotune.tuner.db import migrate
+from slotune.tuner.db.snapshot import load_workload
 from slotune.tuner.db.store import Store, slo_key
 from slotune.tuner.planning.frontier import build_frontier
 from slotune.tuner.planning.planner import plan_capacity
@@ -52,7 +53,7 @@ def test_configurations_the_probes_cannot_decide_are_named_for_re_measuring(
         b = _stored(store, sweep.id, 1, {"max_num_seqs": 256}, probe(4, 100, 18),
                     probe(9, 250, 22, early_abort="ttft broke", early_abort_metric="ttft"),
                     probe(12, 900, 60))
-        plan = plan_capacity(store, workload="fleet", target_rps=20,
+        plan = plan_capacity(load_workload(store, "fleet"), target_rps=20,
                              slo=slo_key(SLO(ttft=500, tpot=30)))
     assert plan.basis == "rescored_probes" and plan.trial_ids == [a]
     assert plan.per_replica_rps == 6 and plan.replicas == 5  # ceil(20 / (6 × 0.8))
@@ -87,8 +88,8 @@ def test_a_repeat_that_breaks_the_new_slo_at_its_lowest_rate_rules_its_configura
                                capacity_probes=(probe(4, 120, 40), probe(5, 150, 45))))
         b = _stored(store, sweep.id, 1, {"max_num_seqs": 256}, probe(4, 100, 18),
                     probe(5, 250, 35))
-        plan = plan_capacity(store, workload="fleet", target_rps=20, slo=slo_key(new))
-        grid = build_frontier(store, workload="fleet", slo=slo_key(new)).capacity
+        plan = plan_capacity(load_workload(store, "fleet"), target_rps=20, slo=slo_key(new))
+        grid = build_frontier(load_workload(store, "fleet"), slo=slo_key(new)).capacity
     assert plan.trial_ids == [b] and plan.per_replica_rps == 4
     assert [o.trial_ids for o in plan.options] == [[b]]
     cell = grid.per_gpu[grid.ttft_ms.index(500)][grid.tpot_ms.index(30)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from slotune.tuner.db.snapshot import load_workload
 from slotune.tuner.db.store import Store
 from slotune.tuner.planning.planner import plan_capacity
 from slotune.tuner.settings import DEFAULT_GPU_PRICES, PlannerSettings, Settings, get_settings
@@ -63,13 +64,13 @@ def test_without_prices_the_plan_with_fewest_gpus_wins(store: Store) -> None:
                                    strategy="random", mode="capacity")
         trials[gpu] = measure(store, sweep.id, 0, {"max_num_seqs": 128}, capacity,
                               capacity=capacity)
-    plan = plan_capacity(store, workload="fleet", target_rps=48)
+    plan = plan_capacity(load_workload(store, "fleet"), target_rps=48)
     assert (plan.gpu, plan.gpus, plan.trial_ids) == ("h100-sxm", 2, [trials["h100-sxm"]])
     assert (plan.price_per_gpu_hour, plan.cost_per_hour) == (None, None)
     assert [(o.gpu, o.gpus, o.cost_per_hour) for o in plan.options] == [
         ("h100-sxm", 2, None), ("l40s", 5, None)]
     assert len(plan.notes) == 1 and "compared by GPUs" in plan.notes[0]
-    priced = plan_capacity(store, workload="fleet", target_rps=48,
+    priced = plan_capacity(load_workload(store, "fleet"), target_rps=48,
                            gpu_prices={"h100-sxm": 3.0, "l40s": 1.0})
     assert (priced.gpu, priced.cost_per_hour, priced.notes) == ("l40s", 5.0, [])
 
@@ -95,7 +96,7 @@ def test_the_confirmed_answer_stands_and_is_sized_from_its_interval_s_lower_end(
                        result=result(0.0, capacity=90.0))
     store.set_capacity(winner, low=24.0, high=26.0, gpus=1, repeats=2)
     store.mark_confirmed(winner, repeats=2)
-    plan = plan_capacity(store, workload="fleet", target_rps=48)
+    plan = plan_capacity(load_workload(store, "fleet"), target_rps=48)
     assert len(plan.options) == 1 and plan.trial_ids == [winner] and plan.confirmed
     assert plan.per_replica_rps == 24.0 and plan.replicas == 3  # 48 / (24 × 0.8)
     assert (plan.capacity_rps, plan.capacity_high_rps) == (pytest.approx(24.98, abs=0.01),
@@ -121,6 +122,6 @@ def test_a_configuration_whose_repeat_held_nothing_sizes_nothing(
     store.record_trial(sweep.id, role="repeat", number=0, repeat=1, repeat_of=lucky,
                        params={"max_num_seqs": 256}, spec=spec,
                        result=result(0.0, capacity=0.0))
-    plan = plan_capacity(store, workload="fleet", target_rps=48)
+    plan = plan_capacity(load_workload(store, "fleet"), target_rps=48)
     assert plan.trial_ids == [steady] and plan.per_replica_rps == 30.0
     assert len(plan.options) == 1

@@ -26,6 +26,7 @@ from slotune.tuner.report import (
     Series,
     analyse,
     build_report,
+    load_report_snapshot,
     nice_ticks,
     pareto_front,
     render_chart,
@@ -289,7 +290,7 @@ def test_utilisation_shows_each_boots_phases_and_the_sweeps_shares(tmp_path: Pat
                                timings=_boot(50.0, 10.0, 15.0, 15.0)))
         md = render_report(store, sweep.id, "md")
         html = render_report(store, sweep.id, "html")
-        report = build_report(store, sweep.id)
+        report = build_report(load_report_snapshot(store, sweep.id), sweep.id)
     # The trials the sweep searched are one configuration, measured once; its boots, two.
     assert [t.label for t in report.trials] == ["#0"]
     assert [t.label for t in report.boots] == ["#0", "#0 repeat 1"]
